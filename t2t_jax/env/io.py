@@ -1,0 +1,215 @@
+"""Board and plan interchange: JSON lines for boards, the `Agent i: ...` text form for plans.
+
+A board is `{"size": N, "holes": [[r, c], ...], "starts": [[r, c], ...], "goals": [[r, c], ...]}`,
+optionally with "bucket", "lower_bound", "optimal_makespan" (and, later, "plan"). Files hold one
+JSON object per line. A plan is one line per agent, `Agent 0: LEFT DOWN LEFT` (an agent that
+stays put may have an empty line, `Agent 1:`).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from t2t_jax.env.types import ACTION_NAMES, Boards, ParseStatus, Plans, UNKNOWN
+
+ACTION_CODES = {name: code for code, name in enumerate(ACTION_NAMES)}
+_LINE = re.compile(r"^\s*agent\s*(\d+)\s*:(.*)$", re.IGNORECASE)
+
+
+def board_to_json(boards: Boards, i: int) -> dict:
+    """Board `i` of a batch as an interchange dict (padding dropped)."""
+    n = int(boards.size[i])
+    k = int(np.asarray(boards.agent_mask[i]).sum())
+    holes = np.argwhere(np.asarray(boards.holes[i])[:n, :n])
+    out = {"size": n, "holes": holes.tolist(),
+           "starts": np.asarray(boards.starts[i])[:k].tolist(),
+           "goals": np.asarray(boards.goals[i])[:k].tolist(),
+           "bucket": int(boards.bucket[i])}
+    for name in ("lower_bound", "optimal_makespan"):
+        value = int(getattr(boards, name)[i])
+        if value != UNKNOWN:
+            out[name] = value
+    return out
+
+
+def boards_to_json(boards: Boards) -> list[dict]:
+    return [board_to_json(boards, i) for i in range(boards.size.shape[0])]
+
+
+def _cells(value, where: str, n: int) -> list[tuple[int, int]]:
+    if not isinstance(value, list):
+        raise ValueError(f"{where}: expected a list of [row, col] pairs")
+    out = []
+    for j, cell in enumerate(value):
+        if (not isinstance(cell, (list, tuple)) or len(cell) != 2
+                or not all(isinstance(v, int) and not isinstance(v, bool) for v in cell)):
+            raise ValueError(f"{where}[{j}]: expected [row, col] integers, got {cell!r}")
+        if not all(0 <= v < n for v in cell):
+            raise ValueError(f"{where}[{j}]: {list(cell)} is outside the {n}x{n} grid")
+        out.append(tuple(cell))
+    return out
+
+
+def boards_from_json(items: Sequence[dict], max_size: int = 10, max_agents: int = 5) -> Boards:
+    """Interchange dicts -> a padded Boards batch; ValueError names the board and field."""
+    b = len(items)
+    size = np.zeros(b, np.int32)
+    holes = np.zeros((b, max_size, max_size), bool)
+    starts = np.zeros((b, max_agents, 2), np.int32)
+    goals = np.zeros((b, max_agents, 2), np.int32)
+    mask = np.zeros((b, max_agents), bool)
+    extra = {name: np.full(b, UNKNOWN, np.int32) for name in ("lower_bound", "optimal_makespan")}
+    bucket = np.zeros(b, np.int32)
+    for i, item in enumerate(items):
+        where = f"board {i}"
+        n = item.get("size")
+        if not isinstance(n, int) or not 1 <= n <= max_size:
+            raise ValueError(f"{where}.size: {n!r} is outside the legal range [1, {max_size}]")
+        hs = _cells(item.get("holes", []), f"{where}.holes", n)
+        ss = _cells(item.get("starts"), f"{where}.starts", n)
+        gs = _cells(item.get("goals"), f"{where}.goals", n)
+        if len(ss) != len(gs) or not 1 <= len(ss) <= max_agents:
+            raise ValueError(f"{where}: {len(ss)} starts and {len(gs)} goals; need the same "
+                             f"number, within [1, {max_agents}]")
+        if len(set(ss)) < len(ss) or len(set(gs)) < len(gs):
+            raise ValueError(f"{where}: starts and goals must each be distinct cells")
+        if set(hs) & (set(ss) | set(gs)):
+            raise ValueError(f"{where}: a start or goal lies on a hole")
+        size[i] = n
+        for r, c in hs:
+            holes[i, r, c] = True
+        starts[i, :len(ss)] = ss
+        goals[i, :len(gs)] = gs
+        mask[i, :len(ss)] = True
+        bucket[i] = int(item.get("bucket", 0))
+        for name in extra:
+            if item.get(name) is not None:
+                extra[name][i] = int(item[name])
+    return Boards(size=size, holes=holes, starts=starts, goals=goals, agent_mask=mask,
+                  bucket=bucket, **extra)
+
+
+def board_text(board: dict) -> str:
+    """The text form: N rows of `.` (frozen) and `H` (hole), then one line per agent."""
+    n = board["size"]
+    grid = [["."] * n for _ in range(n)]
+    for r, c in board["holes"]:
+        grid[r][c] = "H"
+    lines = ["".join(row) for row in grid]
+    for i, (s, g) in enumerate(zip(board["starts"], board["goals"])):
+        lines.append(f"Agent {i}: start ({s[0]}, {s[1]}), goal ({g[0]}, {g[1]})")
+    return "\n".join(lines)
+
+
+def plan_to_text(actions: Sequence[Sequence[int | str]]) -> str:
+    """Per-agent action lists (codes or names) -> `Agent i: A B C` lines."""
+    def name(a):
+        return a if isinstance(a, str) else ACTION_NAMES[int(a)]
+    return "\n".join(f"Agent {i}:" + "".join(" " + name(a) for a in acts)
+                     for i, acts in enumerate(actions))
+
+
+def parse_plan_text(text: str, num_agents: int) -> tuple[list, ParseStatus, bool]:
+    """The strict text form -> (per-agent action-name lists or None, status, unknown_agent).
+
+    Lines not of the form `Agent i: ...` are ignored; a repeated agent keeps its last line.
+    Actions are case-insensitive and separated by spaces or commas.
+    """
+    lines: dict[int, list[str]] = {}
+    status, unknown = ParseStatus.OK, False
+    for raw in text.splitlines():
+        m = _LINE.match(raw)
+        if not m:
+            continue
+        idx = int(m.group(1))
+        words = [w.upper() for w in re.split(r"[\s,]+", m.group(2).strip()) if w]
+        if any(w not in ACTION_CODES for w in words):
+            status = ParseStatus.BAD_ACTION
+            continue
+        if idx >= num_agents:
+            unknown = True
+            continue
+        lines[idx] = words
+    plan = [lines.get(i) for i in range(num_agents)]
+    if status == ParseStatus.OK:
+        if unknown:
+            status = ParseStatus.UNKNOWN_AGENT
+        elif not lines:
+            status = ParseStatus.NO_ANSWER
+        elif any(p is None for p in plan):
+            status = ParseStatus.MISSING_AGENT
+    return plan, status, unknown
+
+
+def plans_from_lists(plans: Sequence[Sequence], max_agents: int, horizon: int,
+                     statuses: Iterable[int] | None = None,
+                     unknown: Iterable[bool] | None = None) -> Plans:
+    """Per-board lists of per-agent action lists (names or codes, None = no line) -> Plans.
+
+    Plans longer than `horizon` are cut there and get ParseStatus.TOO_LONG.
+    """
+    b = len(plans)
+    actions = np.zeros((b, max_agents, horizon), np.int8)
+    lengths = np.zeros((b, max_agents), np.int32)
+    present = np.zeros((b, max_agents), bool)
+    status = np.array(list(statuses) if statuses is not None else [0] * b, np.int32)
+    extra = np.array(list(unknown) if unknown is not None else [False] * b, bool)
+    for i, plan in enumerate(plans):
+        for j, acts in enumerate(plan):
+            if acts is None:
+                continue
+            if j >= max_agents:
+                extra[i] = True
+                continue
+            codes = [ACTION_CODES[a] if isinstance(a, str) else int(a) for a in acts]
+            if len(codes) > horizon:
+                status[i] = ParseStatus.TOO_LONG
+                codes = codes[:horizon]
+            actions[i, j, :len(codes)] = codes
+            lengths[i, j] = len(acts)
+            present[i, j] = True
+    return Plans(actions=actions, lengths=lengths, present=present, parse_status=status,
+                 unknown_agent=extra)
+
+
+def plans_from_texts(texts: Sequence[str], num_agents: Sequence[int], max_agents: int,
+                     horizon: int) -> Plans:
+    """Plan texts (one per board) -> Plans, with parse statuses."""
+    parsed = [parse_plan_text(t, k) for t, k in zip(texts, num_agents)]
+    return plans_from_lists([p for p, _, _ in parsed], max_agents, horizon,
+                            statuses=[int(s) for _, s, _ in parsed],
+                            unknown=[u for _, _, u in parsed])
+
+
+def verdict_to_json(verdicts, i: int) -> dict:
+    """Verdict `i` of a batch as a JSON-ready dict (goal_reached cut to the board's agents by
+    the caller if wanted)."""
+    out = {}
+    for name, value in verdicts.items():
+        v = np.asarray(value[i])
+        out[name] = v.tolist() if v.ndim else (bool(v) if v.dtype == bool else int(v))
+    return out
+
+
+def read_jsonl(path: str) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def write_jsonl(path: str, items: Iterable[dict]) -> None:
+    """Write all lines to a temporary file, then rename: nothing half-written is left."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            for item in items:
+                f.write(json.dumps(item) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
