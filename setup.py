@@ -7,7 +7,7 @@ setup(
     description="Trainee-to-Trainer: an RL policy LLM that engineers its own next training environment (JAX).",
     python_requires=">=3.11,<3.13",
     packages=find_packages(include=["t2t_jax", "t2t_jax.*", "launch", "configs"]),
-    package_data={"t2t_jax": ["**/*.json", "**/*.jsonl", "**/*.jinja"]},
+    package_data={"t2t_jax": ["evaluation/data/*.jsonl", "**/*.json", "**/*.jinja"]},
     install_requires=[
         "jax>=0.7,<0.11",
         "flax>=0.11,<0.13",
@@ -24,6 +24,7 @@ setup(
         "tensorboard>=2.18,<2.22",
         "pillow>=10,<14",
         "tqdm>=4.66,<5",
+        "python-sat>=1.8.dev20,<1.10",  # only .dev releases are published
     ],
     extras_require={
         "test": [

@@ -12,7 +12,10 @@ Prints one JSON object per line with `name`, `batch`, `ours_per_s`, `baseline`,
 - `pogema_reset`: POGEMA instance construction (GridConfig + reset) at the same size, agents
   and density, run in a separate virtualenv (POGEMA pins numpy<=1.26 and gymnasium 0.28) that
   the benchmark creates on first use under --pogema_venv;
-- `dense_int_relaxation`: distance maps by relaxation on int grids vs our bit-packed BFS.
+- `dense_int_relaxation`: distance maps by relaxation on int grids vs our bit-packed BFS;
+- `host_only_python_sat`: certified boards made one at a time on the host (the reference
+  generator, then the SAT solver from the lower bound up, no device bounds), against the
+  pipelined CertifiedGenerator (device generation + bounds, SAT only for the rest, in a pool).
 """
 from __future__ import annotations
 
@@ -27,7 +30,8 @@ import jax
 import numpy as np
 from absl import app, flags
 
-from t2t_jax.env import distances, io, reference
+from t2t_jax.env import distances, io, reference, solver
+from t2t_jax.env.certified import CertifiedGenerator
 from t2t_jax.env.config import make_config
 from t2t_jax.env.generator import Generator
 from t2t_jax.env.types import ACTION_NAMES
@@ -39,6 +43,7 @@ flags.DEFINE_integer("baseline_boards", 300, "Boards each per-board baseline is 
 flags.DEFINE_integer("repeats", 3, "Timed repeats (the best is kept).")
 flags.DEFINE_integer("horizon", 32, "Plan horizon for validation.")
 flags.DEFINE_bool("pogema", True, "Measure POGEMA in its own virtualenv.")
+flags.DEFINE_integer("certified_boards", 2048, "Boards for the end-to-end certified benchmark.")
 flags.DEFINE_string("pogema_venv", os.path.expanduser("~/.cache/t2t_jax/pogema-venv"),
                     "Where the POGEMA virtualenv lives (created if missing).")
 
@@ -174,6 +179,35 @@ def bench_distances(batches):
         emit("distance_maps_10x10_h30", batch, ours, "dense_int_relaxation", base, unit="maps")
 
 
+def bench_certified():
+    buckets = [{"size": [3, 5], "agents": [2, 3], "hole_density": [0.0, 0.5]},
+               {"size": [6, 10], "agents": [2, 5], "hole_density": [0.0, 0.5]},
+               {"size": 10, "agents": 5, "hole_density": 0.5}]
+    config = make_config(buckets)
+    num = FLAGS.certified_boards
+    with solver.make_pool() as pool:
+        gen = CertifiedGenerator(config, chunk=512, pool=pool)
+        gen(jax.random.key(0), 512)  # compile, start the workers
+        t = time.perf_counter()
+        gen(jax.random.key(1), num)
+        ours = num / (time.perf_counter() - t)
+    stats = gen.last_stats.as_dict()
+    rng = random.Random(0)
+
+    def host_only(i):
+        while True:
+            b = config.buckets[rng.choices(range(len(buckets)), config.weights)[0]]
+            board = reference.generate(rng, rng.randint(*b.size), rng.randint(*b.agents),
+                                       rng.uniform(*b.hole_density))
+            if solver.solve(board).optimal_makespan is not None:
+                return
+    base = per_board_rate(host_only, max(FLAGS.baseline_boards // 3, 20))
+    emit("certified_mixed_3-10_a2-5_h0-50", num, ours, "host_only_python_sat", base,
+         device_fraction=round(stats["device_fraction"], 3),
+         solver_median_s=round(stats["solver_median_s"], 4), solver_p95_s=round(stats["solver_p95_s"], 4),
+         infeasible_fraction=round(stats["infeasible"] / stats["generated"], 4))
+
+
 def main(argv):
     del argv
     batches = [int(b) for b in FLAGS.batches]
@@ -182,6 +216,7 @@ def main(argv):
     bench_generation(batches)
     bench_validation(batches)
     bench_distances(batches)
+    bench_certified()
 
 
 if __name__ == "__main__":

@@ -4,10 +4,15 @@
   python -m launch.mapf validate --boards=boards.jsonl --plans=plans.jsonl
   python -m launch.mapf show --boards=boards.jsonl [--limit=5]
   python -m launch.mapf stats --config=env.json [--num=16384]
+  python -m launch.mapf solve --boards=boards.jsonl        # exact optimum + witness per board
+  python -m launch.mapf build_sets [--sets=mapf_3_agents,...]   # regenerate the eval sets
 
 `--config` is a JSON file or inline JSON (see t2t_jax/env/config.py). A plans file has one JSON
 object per line with a "text" field holding the plan text (`Agent 0: LEFT DOWN`), in the order
-of the boards. `validate` prints one JSON verdict per line; `stats` one JSON object per bucket.
+of the boards. `validate` prints one JSON verdict per line; `stats` one JSON object per bucket;
+`solve` one JSON object per board with `optimal_makespan`, `lower_bound` and `plan`.
+`generate` certifies every board (optimal_makespan and the witness `plan`) unless
+`--certify=false`; infeasible boards are replaced.
 """
 from __future__ import annotations
 
@@ -19,10 +24,12 @@ import numpy as np
 from absl import app, flags
 from tqdm import tqdm
 
-from t2t_jax.env import io
+from t2t_jax.env import io, solver
+from t2t_jax.env.certified import CertifiedGenerator
 from t2t_jax.env.config import ConfigError, load_config
 from t2t_jax.env.generator import CORRIDORS, LINE, Generator
 from t2t_jax.env.validator import validate
+from t2t_jax.evaluation.sets import SETS, write as write_set
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("config", None, "EnvConfig: a JSON file or inline JSON.")
@@ -35,8 +42,12 @@ flags.DEFINE_string("plans", None, "Plans JSON-lines file (validate).")
 flags.DEFINE_integer("limit", 0, "Boards to show (0 = all).")
 flags.DEFINE_integer("max_size", 10, "Padded grid side when reading boards.")
 flags.DEFINE_integer("max_agents", 5, "Padded agent slots when reading boards.")
+flags.DEFINE_bool("certify", True, "generate: certify optimal makespans (and drop infeasible boards).")
+flags.DEFINE_integer("horizon", 64, "Longest plan searched when certifying / solving.")
+flags.DEFINE_integer("workers", 0, "Solver processes (0 = one per CPU).")
+flags.DEFINE_list("sets", list(SETS), "build_sets: which eval sets.")
 
-COMMANDS = ("generate", "validate", "show", "stats")
+COMMANDS = ("generate", "validate", "show", "stats", "solve", "build_sets")
 
 
 def _require(name):
@@ -65,12 +76,49 @@ def _horizon(plans):
     return max(16, 1 << (longest - 1).bit_length())
 
 
+def certified_boards(config, num: int, seed: int, chunk: int) -> list[dict]:
+    """Board dicts with optimal_makespan, lower_bound and the witness `plan` text."""
+    with solver.make_pool(FLAGS.workers or None) as pool:
+        gen = CertifiedGenerator(config, horizon=FLAGS.horizon, chunk=min(chunk, max(num, 64)), pool=pool)
+        boards, plans = gen(jax.random.key(seed), num)
+    items = io.boards_to_json(boards)
+    for i, item in enumerate(items):
+        k = len(item["starts"])
+        item["plan"] = io.plan_to_text([a[:n] for a, n in zip(np.asarray(plans.actions[i, :k]),
+                                                               np.asarray(plans.lengths[i, :k]))])
+    print(json.dumps(gen.last_stats.as_dict()), file=sys.stderr)
+    return items
+
+
 def cmd_generate():
     config = load_config(_require("config"))
     out = _require("out")
-    boards, _ = generate_boards(config, FLAGS.num, FLAGS.seed, FLAGS.chunk)
+    if FLAGS.certify:
+        boards = certified_boards(config, FLAGS.num, FLAGS.seed, FLAGS.chunk)
+    else:
+        boards, _ = generate_boards(config, FLAGS.num, FLAGS.seed, FLAGS.chunk)
     io.write_jsonl(out, boards)
     print(json.dumps({"written": len(boards), "out": out}), file=sys.stderr)
+
+
+def cmd_solve():
+    items = io.read_jsonl(_require("boards"))
+    io.boards_from_json(items, FLAGS.max_size, FLAGS.max_agents)  # checks every board
+    with solver.make_pool(FLAGS.workers or None) as pool:
+        solutions = solver.solve_many([(b, None) for b in tqdm(items, desc="solve", unit="board")],
+                                      pool, max_makespan=FLAGS.horizon)
+    for sol in solutions:
+        print(json.dumps({"optimal_makespan": sol.optimal_makespan, "lower_bound": sol.lower_bound,
+                          "plan": io.plan_to_text(sol.plan) if sol.plan is not None else None,
+                          "seconds": round(sol.seconds, 4)}))
+
+
+def cmd_build_sets():
+    with solver.make_pool(FLAGS.workers or None) as pool:
+        for name in FLAGS.sets:
+            if name not in SETS:
+                raise app.UsageError(f"unknown set {name!r}; known: {sorted(SETS)}")
+            print(json.dumps({"written": write_set(name, pool)}), file=sys.stderr)
 
 
 def cmd_validate():

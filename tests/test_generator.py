@@ -84,15 +84,18 @@ def test_deterministic_per_key():
 
 
 def test_one_compilation_for_mixed_batches():
-    gen = Generator(MIXED)
-    traces = []
-    original = gen._build
-    gen._build = lambda keys: (traces.append(1), original(keys))[1]
-    gen._sample = jax.jit(gen._sample_impl, static_argnums=1)
-    for seed in range(3):
-        boards = gen(jax.random.key(seed), 128)
+    """Mixed sizes and agent counts share one compiled call, and so do configs of the same
+    bucket count and padding."""
+    from t2t_jax.env import generator as G
+    other = make_config([{"size": [4, 9], "agents": [1, 4], "hole_density": [0.1, 0.2]},
+                         {"size": 3, "agents": 2, "hole_density": 0.0},
+                         {"size": [6, 10], "agents": 5, "hole_density": 0.4, "min_distance": 2}])
+    generator(MIXED)(jax.random.key(0), 128)
+    before = G.sample._cache_size()
+    for seed, config in enumerate([MIXED, other, MIXED]):
+        boards = Generator(config)(jax.random.key(seed), 128)
         assert len(set(np.asarray(boards.size).tolist())) > 3
-    assert len(traces) == 1
+    assert G.sample._cache_size() == before
 
 
 @pytest.mark.parametrize("candidates", [0, 1])

@@ -57,7 +57,8 @@ class Generator:
     """Callable `generator(key, num) -> Boards`, jumanji style.
 
     Args:
-      config: the mixture to draw from (static: baked into the compiled function).
+      config: the mixture to draw from. Its numbers are arguments of one module-level jitted
+        function, so configs with the same number of buckets and padding share a compilation.
       candidates: uniform layouts tried per board before the corridor fallback (each one after
         the first costs only in batches where some board still needs it).
     """
@@ -66,83 +67,88 @@ class Generator:
         self.config = config
         self.candidates = candidates
         b = config.buckets
-        self._axes = {
+        self.axes = {
             "log_w": np.log(config.weights).astype(np.float32),
             "size": np.array([x.size for x in b], np.int32),
             "agents": np.array([x.agents for x in b], np.int32),
             "density": np.array([x.hole_density for x in b], np.float32),
             "min_distance": np.array([x.min_distance for x in b], np.int32),
         }
-        self._sample = jax.jit(self._sample_impl, static_argnums=1)
+        self._static = dict(max_size=config.max_size, max_agents=config.max_agents, candidates=candidates)
 
     def __call__(self, key: jax.Array, num: int) -> Boards:
         return self.sample(key, num)[0]
 
     def sample(self, key: jax.Array, num: int) -> tuple[Boards, GenInfo]:
         """key: a PRNG key; num: static batch size -> (Boards [num], GenInfo [num])."""
-        return self._sample(key, num)
+        return sample(key, self.axes, num=num, **self._static)
 
     def one(self, key: jax.Array) -> Boards:
         """One board without a batch dimension (traceable; what the jumanji env resets to)."""
-        return jax.tree.map(lambda x: x[0], self._build(key[None])[0])
+        return jax.tree.map(lambda x: x[0], _build(key[None], self.axes, **self._static)[0])
 
-    def _sample_impl(self, key, num):
-        return self._build(jax.random.split(key, num))
 
-    def _axes_of(self, key):
-        """Draw one board's bucket and axes (n, k, d, m, holes)."""
-        ax = {k: jnp.asarray(v) for k, v in self._axes.items()}
-        k_b, k_n, k_k, k_d = jax.random.split(key, 4)
-        bucket = jax.random.categorical(k_b, ax["log_w"]).astype(jnp.int32)
-        n = jax.random.randint(k_n, (), ax["size"][bucket, 0], ax["size"][bucket, 1] + 1)
-        k = jax.random.randint(k_k, (), ax["agents"][bucket, 0], ax["agents"][bucket, 1] + 1)
-        d = jax.random.uniform(k_d, (), minval=ax["density"][bucket, 0], maxval=ax["density"][bucket, 1])
-        return dict(bucket=bucket, n=n, k=k, d=d, m=ax["min_distance"][bucket],
-                    h=hole_count(d, n).astype(jnp.int32))
+@functools.partial(jax.jit, static_argnames=("num", "max_size", "max_agents", "candidates"))
+def sample(key, axes, num, max_size, max_agents, candidates):
+    """The jitted generator: `axes` (Generator.axes, bucket parameters as arrays) are traced."""
+    return _build(jax.random.split(key, num), axes, max_size, max_agents, candidates)
 
-    def _build(self, keys):
-        """keys [B] -> (Boards [B], GenInfo [B]). Tiers run in order, each only for batches in
-        which some board is still unplaced (a batch-level `cond`), so easy batches pay for one
-        candidate and hard ones for as many tiers as their hardest board needs."""
-        s, a = self.config.max_size, self.config.max_agents
-        b = keys.shape[0]
-        ax = jax.vmap(self._axes_of)(jax.vmap(lambda x: jax.random.fold_in(x, 0))(keys))
-        grid = inside(ax["n"], s)
-        kw = dict(grid=grid, n=ax["n"], n_holes=ax["h"], k=ax["k"], m=ax["m"])
-        picked = {"holes": jnp.zeros((b, s, s), bool), "starts": jnp.zeros((b, a, 2), jnp.int32),
-                  "goals": jnp.zeros((b, a, 2), jnp.int32)}
-        unplaced = LINE - 1
 
-        def attempt(fn, code, tier, picked, source):
-            tier_keys = jax.vmap(lambda x: jax.random.fold_in(x, tier + 1))(keys)
-            out = jax.vmap(functools.partial(fn, a=a))(tier_keys, **kw)
-            take = (source == unplaced) & out["ok"]
-            new = {f: jnp.where(take.reshape((-1,) + (1,) * (v.ndim - 1)), out[f], v)
-                   for f, v in picked.items()}
-            return new, jnp.where(take, code, source)
+def _axes_of(axes, key):
+    """Draw one board's bucket and axes (n, k, d, m, holes)."""
+    ax = {k: jnp.asarray(v) for k, v in axes.items()}
+    k_b, k_n, k_k, k_d = jax.random.split(key, 4)
+    bucket = jax.random.categorical(k_b, ax["log_w"]).astype(jnp.int32)
+    n = jax.random.randint(k_n, (), ax["size"][bucket, 0], ax["size"][bucket, 1] + 1)
+    k = jax.random.randint(k_k, (), ax["agents"][bucket, 0], ax["agents"][bucket, 1] + 1)
+    d = jax.random.uniform(k_d, (), minval=ax["density"][bucket, 0], maxval=ax["density"][bucket, 1])
+    return dict(bucket=bucket, n=n, k=k, d=d, m=ax["min_distance"][bucket],
+                h=hole_count(d, n).astype(jnp.int32))
 
-        def candidate(carry):  # one compiled body for every candidate
-            i, picked, source = carry
-            return (i + 1,) + attempt(_candidate, i, i, picked, source)
 
-        _, picked, source = jax.lax.while_loop(
-            lambda c: (c[0] < self.candidates) & jnp.any(c[2] == unplaced), candidate,
-            (jnp.int32(0), picked, jnp.full((b,), unplaced, jnp.int32)))
-        for tier, (code, fn) in enumerate([(CORRIDORS, _corridors), (LINE, _line)]):
-            picked, source = jax.lax.cond(
-                jnp.any(source == unplaced),
-                functools.partial(attempt, fn, code, self.candidates + tier),
-                lambda p, q: (p, q), picked, source)
+def _build(keys, axes, max_size, max_agents, candidates):
+    """keys [B] -> (Boards [B], GenInfo [B]). Tiers run in order, each only for batches in
+    which some board is still unplaced (a batch-level `cond`), so easy batches pay for one
+    candidate and hard ones for as many tiers as their hardest board needs."""
+    s, a = max_size, max_agents
+    b = keys.shape[0]
+    ax = jax.vmap(functools.partial(_axes_of, axes))(jax.vmap(lambda x: jax.random.fold_in(x, 0))(keys))
+    grid = inside(ax["n"], s)
+    kw = dict(grid=grid, n=ax["n"], n_holes=ax["h"], k=ax["k"], m=ax["m"])
+    picked = {"holes": jnp.zeros((b, s, s), bool), "starts": jnp.zeros((b, a, 2), jnp.int32),
+              "goals": jnp.zeros((b, a, 2), jnp.int32)}
+    unplaced = LINE - 1
 
-        mask = jnp.arange(a) < ax["k"][:, None]
-        free_rows = distances.pack(grid & ~picked["holes"])
-        dist = distances.pair_distance(jnp.broadcast_to(free_rows[:, None], (b, a, s)),
-                                       picked["starts"], picked["goals"])
-        boards = Boards(size=ax["n"], holes=picked["holes"], starts=picked["starts"],
-                        goals=picked["goals"], agent_mask=mask, bucket=ax["bucket"],
-                        lower_bound=jnp.max(jnp.where(mask, dist, 0), axis=1),
-                        optimal_makespan=jnp.full((b,), UNKNOWN, jnp.int32))
-        return boards, GenInfo(source=source, density=ax["d"])
+    def attempt(fn, code, tier, picked, source):
+        tier_keys = jax.vmap(lambda x: jax.random.fold_in(x, tier + 1))(keys)
+        out = jax.vmap(functools.partial(fn, a=a))(tier_keys, **kw)
+        take = (source == unplaced) & out["ok"]
+        new = {f: jnp.where(take.reshape((-1,) + (1,) * (v.ndim - 1)), out[f], v)
+               for f, v in picked.items()}
+        return new, jnp.where(take, code, source)
+
+    def candidate(carry):  # one compiled body for every candidate
+        i, picked, source = carry
+        return (i + 1,) + attempt(_candidate, i, i, picked, source)
+
+    _, picked, source = jax.lax.while_loop(
+        lambda c: (c[0] < candidates) & jnp.any(c[2] == unplaced), candidate,
+        (jnp.int32(0), picked, jnp.full((b,), unplaced, jnp.int32)))
+    for tier, (code, fn) in enumerate([(CORRIDORS, _corridors), (LINE, _line)]):
+        picked, source = jax.lax.cond(
+            jnp.any(source == unplaced),
+            functools.partial(attempt, fn, code, candidates + tier),
+            lambda p, q: (p, q), picked, source)
+
+    mask = jnp.arange(a) < ax["k"][:, None]
+    free_rows = distances.pack(grid & ~picked["holes"])
+    dist = distances.pair_distance(jnp.broadcast_to(free_rows[:, None], (b, a, s)),
+                                   picked["starts"], picked["goals"])
+    boards = Boards(size=ax["n"], holes=picked["holes"], starts=picked["starts"],
+                    goals=picked["goals"], agent_mask=mask, bucket=ax["bucket"],
+                    lower_bound=jnp.max(jnp.where(mask, dist, 0), axis=1),
+                    optimal_makespan=jnp.full((b,), UNKNOWN, jnp.int32))
+    return boards, GenInfo(source=source, density=ax["d"])
 
 
 def _drop_holes(key, grid, n_holes, protected):

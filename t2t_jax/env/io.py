@@ -201,14 +201,17 @@ def read_jsonl(path: str) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def write_jsonl(path: str, items: Iterable[dict]) -> None:
+def write_jsonl(path: str, items: Iterable[dict], sort_keys: bool = False) -> None:
     """Write all lines to a temporary file, then rename: nothing half-written is left."""
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
             for item in items:
-                f.write(json.dumps(item) + "\n")
+                f.write(json.dumps(item, sort_keys=sort_keys) + "\n")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)

@@ -1,0 +1,159 @@
+"""Exact optimal makespan on the host: a SAT encoding solved with CaDiCaL (python-sat).
+
+For a makespan T the time-expanded graph has a variable x[i, v, t] for each agent i, time
+t <= T and cell v the agent can be in at t and still reach its goal by T (BFS distances from its
+start and to its goal). Clauses: the start at t = 0, the goal at t = T, every occupied cell has an
+occupied successor (stay or a neighbour), no two agents in one cell at one time, no two agents
+exchanging cells in one step. Any model contains a conflict-free joint plan (followed forward
+from the starts); any plan of makespan <= T is a model, so the first satisfiable T from the
+lower bound up is the optimum. Waiting on the goal keeps a plan valid, so satisfiability is
+monotone in T.
+
+This module imports no JAX so worker processes start fast (see `solve_many`).
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import multiprocessing
+import time
+from typing import Iterable
+
+from pysat.solvers import Solver
+
+from t2t_jax.env.reference import bfs
+
+MOVES = {(0, 0): "STAY", (-1, 0): "UP", (1, 0): "DOWN", (0, -1): "LEFT", (0, 1): "RIGHT"}
+SAT_ENGINE = "cadical195"
+
+
+@dataclasses.dataclass
+class Solution:
+    """optimal_makespan: the optimum, or None when no plan exists within `max_makespan`;
+    plan: per-agent action-name lists (the witness); seconds: wall time; solves: SAT calls."""
+
+    optimal_makespan: int | None
+    lower_bound: int | None
+    plan: list[list[str]] | None
+    seconds: float
+    solves: int
+
+
+def _neighbours(cell, n, holes):
+    r, c = cell
+    for dr, dc in ((0, 0), (-1, 0), (1, 0), (0, -1), (0, 1)):
+        nxt = (r + dr, c + dc)
+        if 0 <= nxt[0] < n and 0 <= nxt[1] < n and nxt not in holes:
+            yield nxt
+
+
+def _solve_at(board, horizon, from_start, to_goal):
+    """The plan of makespan <= horizon, or None if there is none."""
+    n = board["size"]
+    holes = {tuple(h) for h in board["holes"]}
+    k = len(board["starts"])
+    var = {}
+    for i in range(k):
+        for t in range(horizon + 1):
+            for v, d in from_start[i].items():
+                if d <= t and to_goal[i].get(v, horizon + 1) <= horizon - t:
+                    var[i, v, t] = len(var) + 1
+    clauses = []
+    for i in range(k):
+        clauses.append([var[i, tuple(board["starts"][i]), 0]])
+        clauses.append([var[i, tuple(board["goals"][i]), horizon]])
+    by_cell_time = {}
+    for (i, v, t), x in var.items():
+        by_cell_time.setdefault((v, t), []).append(x)
+        if t < horizon:
+            clauses.append([-x] + [var[i, u, t + 1] for u in _neighbours(v, n, holes) if (i, u, t + 1) in var])
+    for xs in by_cell_time.values():  # vertex conflicts
+        clauses.extend([-a, -b] for j, a in enumerate(xs) for b in xs[j + 1:])
+    for (i, u, t), a in var.items():  # swap conflicts: i moves u -> v while j moves v -> u
+        if t == horizon:
+            continue
+        for v in _neighbours(u, n, holes):
+            if v == u or (i, v, t + 1) not in var:
+                continue
+            b = var[i, v, t + 1]
+            for j in range(i + 1, k):
+                c, d = var.get((j, v, t)), var.get((j, u, t + 1))
+                if c and d:
+                    clauses.append([-a, -b, -c, -d])
+    with Solver(name=SAT_ENGINE, bootstrap_with=clauses) as solver:
+        if not solver.solve():
+            return None
+        true = {x for x in solver.get_model() if x > 0}
+    plan = []
+    for i in range(k):
+        pos, actions = tuple(board["starts"][i]), []
+        for t in range(horizon):
+            nxt = next(u for u in _neighbours(pos, n, holes) if var.get((i, u, t + 1)) in true)
+            actions.append(MOVES[(nxt[0] - pos[0], nxt[1] - pos[1])])
+            pos = nxt
+        plan.append(actions)
+    return plan
+
+
+def _trim(plan):
+    """Drop the trailing STAYs every agent shares (the plan's makespan is unchanged)."""
+    plan = [list(p) for p in plan]
+    for p in plan:
+        while p and p[-1] == "STAY":
+            p.pop()
+    return plan
+
+
+def solve(board: dict, upper_bound: int | None = None, max_makespan: int = 64) -> Solution:
+    """The optimal makespan of one board (interchange dict), with a witness plan.
+
+    Args:
+      board: {"size", "holes", "starts", "goals"}.
+      upper_bound: a known feasible makespan (from prioritized planning), if any.
+      max_makespan: the horizon; a board with no plan within it is reported infeasible.
+    """
+    start = time.perf_counter()
+    from_start = [bfs(board, s) for s in board["starts"]]
+    to_goal = [bfs(board, g) for g in board["goals"]]
+    dists = [d.get(tuple(g)) for d, g in zip(from_start, board["goals"])]
+    solves = 0
+    if any(d is None for d in dists):
+        return Solution(None, None, None, time.perf_counter() - start, solves)
+    lower = max(dists + [0])
+    best_plan = None
+    if upper_bound is None or upper_bound < 0:
+        solves += 1
+        best_plan = _solve_at(board, max_makespan, from_start, to_goal)
+        if best_plan is None:
+            return Solution(None, lower, None, time.perf_counter() - start, solves)
+        upper_bound = max(len(p) for p in _trim(best_plan))
+    for t in range(lower, upper_bound):
+        solves += 1
+        plan = _solve_at(board, t, from_start, to_goal)
+        if plan is not None:
+            return Solution(t, lower, _trim(plan), time.perf_counter() - start, solves)
+    if best_plan is None:  # the upper bound's own plan came from elsewhere: make a witness
+        solves += 1
+        best_plan = _solve_at(board, upper_bound, from_start, to_goal)
+    return Solution(upper_bound, lower, _trim(best_plan), time.perf_counter() - start, solves)
+
+
+def solve_job(job: tuple) -> Solution:
+    """`solve(*job)` for (board, upper_bound, max_makespan): what pool workers run."""
+    board, upper, max_makespan = job
+    return solve(board, upper, max_makespan)
+
+
+def make_pool(workers: int | None = None) -> concurrent.futures.ProcessPoolExecutor:
+    """A pool of solver processes (spawned, so no JAX state is forked)."""
+    return concurrent.futures.ProcessPoolExecutor(
+        max_workers=workers or max(1, multiprocessing.cpu_count()),
+        mp_context=multiprocessing.get_context("spawn"))
+
+
+def solve_many(jobs: Iterable[tuple[dict, int | None]], pool=None, max_makespan: int = 64) -> list[Solution]:
+    """Solve (board, upper_bound) pairs, in a process pool when one is given."""
+    jobs = [(b, u, max_makespan) for b, u in jobs]
+    if pool is None:
+        return [solve_job(j) for j in jobs]
+    return list(pool.map(solve_job, jobs, chunksize=max(1, len(jobs) // 64)))
