@@ -7,7 +7,7 @@ setup(
     description="Trainee-to-Trainer: an RL policy LLM that engineers its own next training environment (JAX).",
     python_requires=">=3.11,<3.13",
     packages=find_packages(include=["t2t_jax", "t2t_jax.*", "launch", "configs"]),
-    package_data={"t2t_jax": ["evaluation/data/*.jsonl", "**/*.json", "**/*.jinja"]},
+    package_data={"t2t_jax": ["evaluation/data/*.jsonl", "text/embedded/*"]},
     install_requires=[
         "jax>=0.7,<0.11",
         "flax>=0.11,<0.13",

@@ -6,10 +6,11 @@
   python -m launch.mapf stats --config=env.json [--num=16384]
   python -m launch.mapf solve --boards=boards.jsonl        # exact optimum + witness per board
   python -m launch.mapf build_sets [--sets=mapf_3_agents,...]   # regenerate the eval sets
+  python -m launch.mapf render --boards=boards.jsonl [--plans=plans.jsonl] --out=DIR
 
 `--config` is a JSON file or inline JSON (see t2t_jax/env/config.py). A plans file has one JSON
 object per line with a "text" field holding the plan text (`Agent 0: LEFT DOWN`), in the order
-of the boards. `validate` prints one JSON verdict per line; `stats` one JSON object per bucket;
+of the boards (optionally `"truncated": true`), read by t2t_jax.text.parsing. `validate` prints one JSON verdict per line; `stats` one JSON object per bucket;
 `solve` one JSON object per board with `optimal_makespan`, `lower_bound` and `plan`.
 `generate` certifies every board (optimal_makespan and the witness `plan`) unless
 `--certify=false`; infeasible boards are replaced.
@@ -28,7 +29,9 @@ from t2t_jax.env import io, solver
 from t2t_jax.env.certified import CertifiedGenerator
 from t2t_jax.env.config import ConfigError, load_config
 from t2t_jax.env.generator import CORRIDORS, LINE, Generator
+from t2t_jax.env.types import ParseStatus
 from t2t_jax.env.validator import validate
+from t2t_jax.text.parsing import parse_completions
 from t2t_jax.evaluation.sets import SETS, write as write_set
 
 FLAGS = flags.FLAGS
@@ -47,7 +50,9 @@ flags.DEFINE_integer("horizon", 64, "Longest plan searched when certifying / sol
 flags.DEFINE_integer("workers", 0, "Solver processes (0 = one per CPU).")
 flags.DEFINE_list("sets", list(SETS), "build_sets: which eval sets.")
 
-COMMANDS = ("generate", "validate", "show", "stats", "solve", "build_sets")
+flags.DEFINE_integer("cell", 40, "render: pixels per cell.")
+
+COMMANDS = ("generate", "validate", "show", "stats", "solve", "build_sets", "render")
 
 
 def _require(name):
@@ -69,11 +74,6 @@ def generate_boards(config, num: int, seed: int, chunk: int, progress: bool = Tr
         boards.extend(io.boards_to_json(batch)[:take])
         sources.append(np.asarray(info.source)[:take])
     return boards, np.concatenate(sources) if sources else np.zeros(0, np.int32)
-
-
-def _horizon(plans):
-    longest = max([len(a) for p in plans for a in p if a is not None] + [1])
-    return max(16, 1 << (longest - 1).bit_length())
 
 
 def certified_boards(config, num: int, seed: int, chunk: int) -> list[dict]:
@@ -127,16 +127,16 @@ def cmd_validate():
     if len(plan_items) != len(items):
         raise app.UsageError(f"{len(items)} boards but {len(plan_items)} plans")
     boards = io.boards_from_json(items, FLAGS.max_size, FLAGS.max_agents)
-    parsed = [io.parse_plan_text(p.get("text", ""), len(b["starts"])) for p, b in zip(plan_items, items)]
-    plans = io.plans_from_lists([p for p, _, _ in parsed], FLAGS.max_agents,
-                                _horizon([p for p, _, _ in parsed]),
-                                statuses=[int(s) for _, s, _ in parsed],
-                                unknown=[u for _, _, u in parsed])
+    texts = [p.get("text", "") for p in plan_items]
+    num_agents = [len(b["starts"]) for b in items]
+    horizon = max(16, 1 << (max(len(t.split()) for t in texts + [""]) or 1).bit_length())
+    plans = parse_completions(texts, num_agents, FLAGS.max_agents, horizon,
+                              truncated=[bool(p.get("truncated", False)) for p in plan_items])
     verdicts = validate(boards, plans)
     for i, item in enumerate(items):
         v = io.verdict_to_json(verdicts, i)
         v["goal_reached"] = v["goal_reached"][:len(item["starts"])]
-        v["parse_status"] = parsed[i][1].name.lower()
+        v["parse_status"] = ParseStatus(int(plans.parse_status[i])).name.lower()
         print(json.dumps(v))
 
 
@@ -165,6 +165,28 @@ def cmd_stats():
             "mean_density": float(np.mean(density)) if n else None,
             "mean_lower_bound": float(np.mean([b["lower_bound"] for b, s in zip(boards, sel) if s])) if n else None,
         }))
+
+
+def cmd_render():
+    """board_i.png per board, plan_i.gif per plan (from --plans, else the boards' own `plan`
+    witness when they carry one), and grid.png of the first 16 boards."""
+    import os
+
+    from t2t_jax.render import board_image, boards_grid, save_gif
+    from t2t_jax.text.parsing import parse_completion
+    items = io.read_jsonl(_require("boards"))[:FLAGS.limit or None]
+    io.boards_from_json(items, FLAGS.max_size, FLAGS.max_agents)  # checks every board
+    texts = [p.get("text", "") for p in io.read_jsonl(FLAGS.plans)] if FLAGS.plans else \
+        [b.get("plan") for b in items]
+    out = _require("out")
+    os.makedirs(out, exist_ok=True)
+    for i, board in enumerate(items):
+        board_image(board, FLAGS.cell).save(os.path.join(out, f"board_{i}.png"))
+        if i < len(texts) and texts[i]:
+            plan, _ = parse_completion(texts[i], len(board["starts"]), 4 * FLAGS.horizon)
+            save_gif(board, plan, os.path.join(out, f"plan_{i}.gif"), FLAGS.cell)
+    boards_grid(items[:16]).save(os.path.join(out, "grid.png"))
+    print(json.dumps({"rendered": len(items), "out": out}), file=sys.stderr)
 
 
 def main(argv):

@@ -16,6 +16,7 @@ from t2t_jax.env.certify import certify_jit
 from t2t_jax.env.config import make_config
 from t2t_jax.env.validator import validate
 from t2t_jax.evaluation import sets
+from t2t_jax.text.parsing import parse_completion, parse_completions
 
 MOVES = ((0, 0), (-1, 0), (1, 0), (0, -1), (0, 1))
 
@@ -100,7 +101,7 @@ def test_solve_cli(tmp_path):
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.splitlines()[0])
     assert result["optimal_makespan"] == brute_force(board) == 4 and result["lower_bound"] == 4
-    plan, status, _ = io.parse_plan_text(result["plan"], 2)
+    plan, status = parse_completion(result["plan"], 2, 64)
     v = validate(io.boards_from_json([board | {"optimal_makespan": 4}]), io.plans_from_lists([plan], 5, 8))
     assert bool(v.optimal[0])
 
@@ -115,8 +116,8 @@ def test_shipped_sets(name):
     assert sorted({b["size"] for b in items}) == list(spec.sizes)
     assert all(len(b["starts"]) == spec.agents for b in items)
     boards = sets.load_boards(name)
-    plans = io.plans_from_texts([b["plan"] for b in items], [spec.agents] * len(items),
-                                spec.max_agents, sets.HORIZON)
+    plans = parse_completions([b["plan"] for b in items], [spec.agents] * len(items),
+                              spec.max_agents, sets.HORIZON)
     v = validate(boards, plans)
     assert np.asarray(v.valid).all() and np.asarray(v.optimal).all()
 

@@ -36,17 +36,8 @@ def test_bad_boards_are_named(item, message):
         io.boards_from_json([item])
 
 
-def test_plan_text_round_trip_and_statuses():
-    text = io.plan_to_text([[3, 2, 3], ["UP", "LEFT"], []])
-    assert text == "Agent 0: LEFT DOWN LEFT\nAgent 1: UP LEFT\nAgent 2:"
-    plan, status, unknown = io.parse_plan_text(text, 3)
-    assert plan == [["LEFT", "DOWN", "LEFT"], ["UP", "LEFT"], []] and status == ParseStatus.OK
-    assert io.parse_plan_text("Here:\nagent 1: up, left\nAgent 0: DOWN", 2)[0] == [["DOWN"], ["UP", "LEFT"]]
-    assert io.parse_plan_text("Agent 0: UP\nAgent 0: DOWN", 1)[0] == [["DOWN"]]  # last wins
-    assert io.parse_plan_text("no plan", 2)[1] == ParseStatus.NO_ANSWER
-    assert io.parse_plan_text("Agent 0: UP", 2)[1] == ParseStatus.MISSING_AGENT
-    assert io.parse_plan_text("Agent 0: UP\nAgent 1: UP\nAgent 2: UP", 2)[1:] == (ParseStatus.UNKNOWN_AGENT, True)
-    assert io.parse_plan_text("Agent 0: JUMP", 1)[1] == ParseStatus.BAD_ACTION
+def test_plan_text():
+    assert io.plan_to_text([[3, 2, 3], ["UP", "LEFT"], []]) == "Agent 0: LEFT DOWN LEFT\nAgent 1: UP LEFT\nAgent 2:"
 
 
 def test_too_long_plans_are_cut_and_flagged():

@@ -3,13 +3,12 @@
 A board is `{"size": N, "holes": [[r, c], ...], "starts": [[r, c], ...], "goals": [[r, c], ...]}`,
 optionally with "bucket", "lower_bound", "optimal_makespan" (and, later, "plan"). Files hold one
 JSON object per line. A plan is one line per agent, `Agent 0: LEFT DOWN LEFT` (an agent that
-stays put may have an empty line, `Agent 1:`).
+stays put may have an empty line, `Agent 1:`); reading plan text is t2t_jax.text.parsing's job.
 """
 from __future__ import annotations
 
 import json
 import os
-import re
 import tempfile
 from typing import Iterable, Sequence
 
@@ -18,7 +17,6 @@ import numpy as np
 from t2t_jax.env.types import ACTION_NAMES, Boards, ParseStatus, Plans, UNKNOWN
 
 ACTION_CODES = {name: code for code, name in enumerate(ACTION_NAMES)}
-_LINE = re.compile(r"^\s*agent\s*(\d+)\s*:(.*)$", re.IGNORECASE)
 
 
 def board_to_json(boards: Boards, i: int) -> dict:
@@ -114,38 +112,6 @@ def plan_to_text(actions: Sequence[Sequence[int | str]]) -> str:
                      for i, acts in enumerate(actions))
 
 
-def parse_plan_text(text: str, num_agents: int) -> tuple[list, ParseStatus, bool]:
-    """The strict text form -> (per-agent action-name lists or None, status, unknown_agent).
-
-    Lines not of the form `Agent i: ...` are ignored; a repeated agent keeps its last line.
-    Actions are case-insensitive and separated by spaces or commas.
-    """
-    lines: dict[int, list[str]] = {}
-    status, unknown = ParseStatus.OK, False
-    for raw in text.splitlines():
-        m = _LINE.match(raw)
-        if not m:
-            continue
-        idx = int(m.group(1))
-        words = [w.upper() for w in re.split(r"[\s,]+", m.group(2).strip()) if w]
-        if any(w not in ACTION_CODES for w in words):
-            status = ParseStatus.BAD_ACTION
-            continue
-        if idx >= num_agents:
-            unknown = True
-            continue
-        lines[idx] = words
-    plan = [lines.get(i) for i in range(num_agents)]
-    if status == ParseStatus.OK:
-        if unknown:
-            status = ParseStatus.UNKNOWN_AGENT
-        elif not lines:
-            status = ParseStatus.NO_ANSWER
-        elif any(p is None for p in plan):
-            status = ParseStatus.MISSING_AGENT
-    return plan, status, unknown
-
-
 def plans_from_lists(plans: Sequence[Sequence], max_agents: int, horizon: int,
                      statuses: Iterable[int] | None = None,
                      unknown: Iterable[bool] | None = None) -> Plans:
@@ -168,22 +134,14 @@ def plans_from_lists(plans: Sequence[Sequence], max_agents: int, horizon: int,
                 continue
             codes = [ACTION_CODES[a] if isinstance(a, str) else int(a) for a in acts]
             if len(codes) > horizon:
-                status[i] = ParseStatus.TOO_LONG
+                if status[i] == ParseStatus.OK:
+                    status[i] = ParseStatus.TOO_LONG
                 codes = codes[:horizon]
             actions[i, j, :len(codes)] = codes
             lengths[i, j] = len(acts)
             present[i, j] = True
     return Plans(actions=actions, lengths=lengths, present=present, parse_status=status,
                  unknown_agent=extra)
-
-
-def plans_from_texts(texts: Sequence[str], num_agents: Sequence[int], max_agents: int,
-                     horizon: int) -> Plans:
-    """Plan texts (one per board) -> Plans, with parse statuses."""
-    parsed = [parse_plan_text(t, k) for t, k in zip(texts, num_agents)]
-    return plans_from_lists([p for p, _, _ in parsed], max_agents, horizon,
-                            statuses=[int(s) for _, s, _ in parsed],
-                            unknown=[u for _, _, u in parsed])
 
 
 def verdict_to_json(verdicts, i: int) -> dict:

@@ -13,29 +13,29 @@ import random
 MOVES = {"STAY": (0, 0), "UP": (-1, 0), "DOWN": (1, 0), "LEFT": (0, -1), "RIGHT": (0, 1)}
 
 
-def simulate(board: dict, plan: list, extra_agents: bool = False) -> dict:
-    """Execute `plan` on `board` under the rules of validator.py; returns the verdict dict.
+def trajectory(board: dict, plan: list) -> dict:
+    """Execute `plan` on `board` under the rules of validator.py, step by step.
 
     plan: one entry per agent of the board (index = agent id): a list of action names, or None
-    when the plan has no line for that agent. extra_agents: the plan also named agents the
-    board does not have.
+    when the plan has no line for that agent.
+
+    Returns {"positions": [T + 1][K] (row, col), "events": [(t, kind, [cells])], "flags",
+    "first_violation_step", "arrival"}; kind is one of the four violation flags and t the time
+    the move arrived at.
     """
     n = board["size"]
     holes = {tuple(h) for h in board["holes"]}
     goals = [tuple(g) for g in board["goals"]]
     pos = [tuple(s) for s in board["starts"]]
     k = len(pos)
-    plan = list(plan) + [None] * (k - len(plan))
-    missing = any(p is None for p in plan)
-    lines = [p or [] for p in plan]
+    lines = [p or [] for p in list(plan) + [None] * (k - len(plan))]
     horizon = max([len(p) for p in lines] + [0])
     fallen = [False] * k
     flags = dict(out_of_bounds=False, hole=False, vertex_collision=False, edge_collision=False)
-    first = -1
+    events, positions = [], [list(pos)]
     arrival = [0 if pos[i] == goals[i] else 1 for i in range(k)]
     for t in range(horizon):
         old = list(pos)
-        bad = False
         for i in range(k):
             if fallen[i]:
                 continue
@@ -43,33 +43,47 @@ def simulate(board: dict, plan: list, extra_agents: bool = False) -> dict:
             dr, dc = MOVES[act]
             r, c = old[i][0] + dr, old[i][1] + dc
             if not (0 <= r < n and 0 <= c < n):
-                flags["out_of_bounds"] = bad = True
+                events.append((t + 1, "out_of_bounds", [old[i]]))
                 continue
             pos[i] = (r, c)
             if (r, c) in holes:
                 fallen[i] = True
-                flags["hole"] = bad = True
+                events.append((t + 1, "hole", [(r, c)]))
         for i in range(k):
             for j in range(i + 1, k):
                 if pos[i] == pos[j]:
-                    flags["vertex_collision"] = bad = True
+                    events.append((t + 1, "vertex_collision", [pos[i]]))
                 if pos[i] == old[j] and pos[j] == old[i] and old[i] != old[j]:
-                    flags["edge_collision"] = bad = True
-        if bad and first < 0:
-            first = t + 1
+                    events.append((t + 1, "edge_collision", [old[i], old[j]]))
         for i in range(k):
             if pos[i] != goals[i]:
                 arrival[i] = t + 2
-    goal_reached = [pos[i] == goals[i] for i in range(k)]
+        positions.append(list(pos))
+    for _, kind, _ in events:
+        flags[kind] = True
+    return {"positions": positions, "events": events, "flags": flags, "arrival": arrival,
+            "first_violation_step": min([t for t, _, _ in events], default=-1)}
+
+
+def simulate(board: dict, plan: list, extra_agents: bool = False) -> dict:
+    """The verdict dict of `plan` on `board` (see `trajectory`); extra_agents: the plan also
+    named agents the board does not have."""
+    run = trajectory(board, plan)
+    goals = [tuple(g) for g in board["goals"]]
+    final = run["positions"][-1]
+    k = len(goals)
+    missing = len(plan) < k or any(p is None for p in plan[:k])
+    goal_reached = [final[i] == goals[i] for i in range(k)]
     all_goals = all(goal_reached)
-    illegal = any(flags.values())
+    illegal = any(run["flags"].values())
     valid = not illegal and all_goals and not missing and not extra_agents
     opt = board.get("optimal_makespan", -1)
-    makespan = max(arrival + [0]) if all_goals else -1
+    makespan = max(run["arrival"] + [0]) if all_goals else -1
     return dict(valid=valid, optimal=valid and opt is not None and opt >= 0 and makespan == opt,
                 makespan=makespan, all_goals_reached=all_goals, has_illegal_moves=illegal,
                 missing_agent=missing, unknown_agent=extra_agents, goal_reached=goal_reached,
-                first_violation_step=first, sum_of_costs=sum(arrival) if all_goals else -1, **flags)
+                first_violation_step=run["first_violation_step"],
+                sum_of_costs=sum(run["arrival"]) if all_goals else -1, **run["flags"])
 
 
 def bfs(board: dict, source) -> dict:

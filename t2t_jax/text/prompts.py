@@ -1,0 +1,69 @@
+"""Boards -> chat prompts -> left-padded token ids.
+
+The user message states the rules of MAPF-FrozenLake, the grid in the text form of the design
+(rows of `.` frozen and `H` hole, row 0 at the top), each agent's start and goal, and the exact
+answer format (`Agent i: ACTION ACTION ...`, one line per agent). Token ids come from the
+tokenizer's own chat template (Qwen3's `<|im_start|>` format), with `enable_thinking` on or off.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from t2t_jax.env.io import board_text
+
+SYSTEM = "You are a careful planner for multi-agent path finding."
+RULES = (
+    "Rules: all agents move at the same time, one action per step: UP (row - 1), DOWN (row + 1), "
+    "LEFT (column - 1), RIGHT (column + 1) or STAY. No agent may leave the map or enter a hole. "
+    "Two agents may never be in the same cell at the same time, and two agents may never swap "
+    "cells in one step; an agent may move into a cell that another agent leaves in the same "
+    "step. An agent whose actions have run out stays where it is, and it must then be on its "
+    "goal. Reach every goal in as few steps as possible.")
+# Lengths that prompt batches are padded to, so the sampler compiles a handful of shapes.
+LENGTH_BUCKETS = (64, 128, 256, 512, 768, 1024, 1536, 2048, 3072, 4096)
+
+
+def board_prompt(board: dict) -> str:
+    """The user message for one board (an interchange dict, see t2t_jax.env.io)."""
+    n, k = board["size"], len(board["starts"])
+    example = "\n".join(f"Agent {i}: ACTION ACTION ..." for i in range(k))
+    return (f"Plan paths for {k} agents on a {n}x{n} frozen lake. Row 0 is the top row and "
+            f"column 0 the left column; cells are (row, column).\n"
+            f"Map ('.' is frozen ice, 'H' is a hole):\n{board_text(board)}\n{RULES}\n"
+            f"Answer with exactly one line per agent in this format:\n{example}")
+
+
+def chat_messages(board: dict) -> list[dict]:
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": board_prompt(board)}]
+
+
+def render_chat(tokenizer, board: dict, enable_thinking: bool) -> str:
+    """The prompt text through the tokenizer's chat template, ready for generation."""
+    return tokenizer.apply_chat_template(chat_messages(board), tokenize=False,
+                                         add_generation_prompt=True, enable_thinking=enable_thinking)
+
+
+def bucket_length(length: int, buckets: Sequence[int] = LENGTH_BUCKETS) -> int:
+    """The smallest bucket >= length (multiples of the largest beyond it)."""
+    for b in buckets:
+        if length <= b:
+            return b
+    top = buckets[-1]
+    return -(-length // top) * top
+
+
+def encode_prompts(tokenizer, boards: Sequence[dict], enable_thinking: bool = False,
+                   buckets: Sequence[int] = LENGTH_BUCKETS) -> tuple[np.ndarray, np.ndarray]:
+    """Boards -> (input_ids [B, L] int32, attention_mask [B, L] bool), left-padded with the
+    tokenizer's pad id to the bucketed length L of the longest prompt."""
+    texts = [render_chat(tokenizer, b, enable_thinking) for b in boards]
+    ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    length = bucket_length(max(len(x) for x in ids), buckets)
+    out = np.full((len(ids), length), tokenizer.pad_token_id, np.int32)
+    mask = np.zeros((len(ids), length), bool)
+    for i, x in enumerate(ids):
+        out[i, length - len(x):] = x
+        mask[i, length - len(x):] = True
+    return out, mask

@@ -1,0 +1,57 @@
+"""Pictures: sizes, colours where the agents and holes are, GIF frames, the CLI."""
+import json
+import subprocess
+import sys
+
+from PIL import Image
+
+from conftest import make_board
+from t2t_jax.render import AGENT_COLOURS, board_image, boards_grid, plan_frames, plan_strip, save_gif
+from t2t_jax.render.board import BAD, HOLE, ICE, LEGEND_ROW
+
+BOARD = make_board(4, holes=[(1, 1)], starts=[(0, 0), (3, 3)], goals=[(3, 3), (0, 0)])
+
+
+def centre(r, c, cell, top=0):
+    return (c * cell + cell // 2, top + r * cell + cell // 2)
+
+
+def test_board_image_colours():
+    img = board_image(BOARD, cell=40)
+    assert img.size == (160, 160 + 2 * LEGEND_ROW)
+    assert img.getpixel(centre(1, 1, 40)) == HOLE
+    assert img.getpixel((2 * 40 + 20, 2 * 40 + 20)) == ICE
+    # Agent discs: sample beside the number drawn at the centre.
+    x, y = centre(0, 0, 40)
+    assert img.getpixel((x - 10, y)) == AGENT_COLOURS[0]
+    x, y = centre(3, 3, 40)
+    assert img.getpixel((x - 10, y)) == AGENT_COLOURS[1]
+
+
+def test_plan_frames_mark_collisions():
+    swap = make_board(3, starts=[(0, 0), (0, 1)], goals=[(0, 1), (0, 0)])
+    frames = plan_frames(swap, [["RIGHT"], ["LEFT"]], cell=40)
+    assert len(frames) == 2
+    red = sum(1 for p in frames[1].getdata() if p == BAD)
+    assert red > 50 and not any(p == BAD for p in frames[0].getdata())
+    strip = plan_strip(swap, [["RIGHT"], ["LEFT"]], cell=40)
+    assert strip.size[0] == 2 * frames[0].size[0] + 6
+
+
+def test_gif_and_grid(tmp_path):
+    path = tmp_path / "plan.gif"
+    save_gif(BOARD, [["DOWN", "DOWN", "DOWN", "RIGHT", "RIGHT", "RIGHT"], ["UP", "UP", "UP", "LEFT", "LEFT", "LEFT"]], str(path))
+    gif = Image.open(path)
+    assert gif.n_frames == 7
+    grid = boards_grid([BOARD, make_board(6, starts=[(0, 0)], goals=[(5, 5)])], cols=2, cell=20)
+    assert grid.size[0] == 2 * (6 * 20 + 8)
+
+
+def test_render_cli(tmp_path):
+    boards = tmp_path / "boards.jsonl"
+    boards.write_text(json.dumps(BOARD | {"plan": "Agent 0: DOWN\nAgent 1: UP"}) + "\n")
+    out = subprocess.run([sys.executable, "-m", "launch.mapf", "render", f"--boards={boards}",
+                          f"--out={tmp_path / 'pics'}"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    names = sorted(p.name for p in (tmp_path / "pics").iterdir())
+    assert names == ["board_0.png", "grid.png", "plan_0.gif"]
