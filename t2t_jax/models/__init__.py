@@ -1,0 +1,1 @@
+"""Models: `from t2t_jax.models import qwen3`."""

@@ -1,0 +1,188 @@
+"""Hugging Face interop: `from_pretrained` / `save_pretrained` over safetensors.
+
+Only safetensors are read (a single `model.safetensors` or shards listed in
+`model.safetensors.index.json`); config.json must describe a dense Qwen3. HF keeps Linear weights
+as [out, in]; here they are [in, out] and the layers are stacked on a leading axis. With a mesh,
+every weight is built shard by shard with `jax.make_array_from_callback`, each shard reading only
+its slice of the file (memory-mapped), so no host or device ever holds the whole model.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from safetensors import safe_open
+from safetensors.numpy import save_file
+
+from t2t_jax.models.qwen3.model import Qwen3
+from t2t_jax.models.qwen3.presets import Qwen3Config
+
+# Our stacked layer weight -> (HF name inside model.layers.{i}., transposed?)
+HF_LAYER = {
+    "input_norm": ("input_layernorm.weight", False),
+    "q_proj": ("self_attn.q_proj.weight", True),
+    "k_proj": ("self_attn.k_proj.weight", True),
+    "v_proj": ("self_attn.v_proj.weight", True),
+    "o_proj": ("self_attn.o_proj.weight", True),
+    "q_norm": ("self_attn.q_norm.weight", False),
+    "k_norm": ("self_attn.k_norm.weight", False),
+    "post_norm": ("post_attention_layernorm.weight", False),
+    "gate_proj": ("mlp.gate_proj.weight", True),
+    "up_proj": ("mlp.up_proj.weight", True),
+    "down_proj": ("mlp.down_proj.weight", True),
+}
+HF_GLOBAL = {"embed": ("model.embed_tokens.weight", False), "final_norm": ("model.norm.weight", False),
+             "lm_head": ("lm_head.weight", True)}
+
+
+class CheckpointError(ValueError):
+    """A checkpoint directory that cannot be loaded (the message names the file or tensor)."""
+
+
+def _files(path: str) -> dict[str, str]:
+    """tensor name -> safetensors file."""
+    index = os.path.join(path, "model.safetensors.index.json")
+    single = os.path.join(path, "model.safetensors")
+    if os.path.exists(index):
+        with open(index) as f:
+            weight_map = json.load(f)["weight_map"]
+        return {k: os.path.join(path, v) for k, v in weight_map.items()}
+    if os.path.exists(single):
+        with safe_open(single, framework="numpy") as f:
+            return {k: single for k in f.keys()}
+    if any(n.endswith((".bin", ".pt", ".pth")) for n in os.listdir(path)):
+        raise CheckpointError(f"{path}: only safetensors are read (found PyTorch pickles; convert "
+                              "them to safetensors first)")
+    raise CheckpointError(f"{path}: no model.safetensors or model.safetensors.index.json")
+
+
+class _Reader:
+    """Slices and shapes of named tensors, opening each file once (memory-mapped)."""
+
+    def __init__(self, files):
+        self.files, self.handles = files, {}
+
+    def _tensor(self, name):
+        if name not in self.files:
+            raise CheckpointError(f"missing tensor {name!r}")
+        path = self.files[name]
+        if path not in self.handles:
+            self.handles[path] = safe_open(path, framework="numpy")
+        return self.handles[path].get_slice(name)
+
+    def slice(self, name, index=None):
+        tensor = self._tensor(name)
+        return tensor[index] if index else tensor[:]
+
+    def shape(self, name):
+        return tuple(self._tensor(name).get_shape())
+
+
+def _hf_names(config: Qwen3Config, name: str) -> tuple[list[str], bool]:
+    if name in HF_LAYER:
+        suffix, transposed = HF_LAYER[name]
+        return [f"model.layers.{i}.{suffix}" for i in range(config.num_hidden_layers)], transposed
+    hf, transposed = HF_GLOBAL[name]
+    return [hf], transposed
+
+
+def _loader(reader, names, transposed, stacked, dtype):
+    """index (tuple of slices over our shape) -> numpy block."""
+    def load(index):
+        index = tuple(index)
+        if stacked:
+            layer_idx, rest = index[0], index[1:]
+            layers = range(len(names))[layer_idx]
+        else:
+            layers, rest = [0], index
+        hf_index = tuple(reversed(rest)) if transposed else rest
+        blocks = []
+        for i in layers:
+            block = np.asarray(reader.slice(names[i], hf_index))
+            blocks.append(block.T if transposed else block)
+        out = np.stack(blocks) if stacked else blocks[0]
+        return out.astype(dtype)
+    return load
+
+
+def from_pretrained(path: str, dtype=jnp.float32, mesh=None, rules=None, **model_kw) -> Qwen3:
+    """A Qwen3 model from a local Hugging Face checkpoint directory.
+
+    Args:
+      path: directory with config.json and safetensors.
+      dtype: parameter (and compute) dtype.
+      mesh: a `jax.sharding.Mesh` to place weights on (see t2t_jax.sharding); None = one device.
+      rules: logical-axis rules for the mesh (default `sharding.DEFAULT_RULES`).
+      model_kw: extra Qwen3 arguments (remat, ...).
+    """
+    cfg_path = os.path.join(path, "config.json")
+    if not os.path.exists(cfg_path):
+        raise CheckpointError(f"{path}: no config.json")
+    with open(cfg_path) as f:
+        config = Qwen3Config.from_hf(json.load(f))
+    reader = _Reader(_files(path))
+    model = nnx.eval_shape(lambda: Qwen3(config, dtype=dtype, param_dtype=dtype, **model_kw))
+    np_dtype = np.dtype(jnp.dtype(dtype))
+    for name, param in named_params(model).items():
+        names, transposed = _hf_names(config, name)
+        stacked = name in HF_LAYER
+        expect = param.value.shape[1:] if stacked else param.value.shape
+        for n in names:
+            shape = reader.shape(n)
+            got = tuple(reversed(shape)) if transposed else shape
+            if got != tuple(expect):
+                raise CheckpointError(f"tensor {n!r} has shape {list(shape)}, expected "
+                                      f"{list(reversed(expect)) if transposed else list(expect)}")
+        load = _loader(reader, names, transposed, stacked, np_dtype)
+        shape = param.value.shape
+        if mesh is None:
+            param.value = jnp.asarray(load(tuple(slice(None) for _ in shape)))
+        else:
+            from t2t_jax.sharding import param_sharding
+            sharding = param_sharding(name, shape, mesh, rules)
+            param.value = jax.make_array_from_callback(shape, sharding, load)
+    return model
+
+
+def named_params(model: Qwen3) -> dict:
+    """Our weight name -> its nnx.Param."""
+    out = {"embed": model.embed, "final_norm": model.final_norm}
+    if model.lm_head is not None:
+        out["lm_head"] = model.lm_head
+    out.update({k: v for k, v in model.layers.items()})
+    return out
+
+
+def save_pretrained(model: Qwen3, path: str) -> None:
+    """Write config.json + model.safetensors that `transformers` loads as Qwen3ForCausalLM.
+
+    Files are written under temporary names and renamed, so nothing half-written is left."""
+    os.makedirs(path, exist_ok=True)
+    config = model.config
+    tensors = {}
+    for name, param in named_params(model).items():
+        value = np.asarray(jax.device_get(param.value))
+        names, transposed = _hf_names(config, name)
+        blocks = value if name in HF_LAYER else value[None]
+        for n, block in zip(names, blocks):
+            tensors[n] = np.ascontiguousarray(block.T if transposed else block)
+    hf = config.to_hf()
+    hf["torch_dtype"] = str(np.dtype(jnp.dtype(model.embed.value.dtype)))
+    tmp_st = tempfile.mktemp(dir=path, suffix=".tmp")
+    tmp_cfg = tempfile.mktemp(dir=path, suffix=".tmp")
+    try:
+        save_file(tensors, tmp_st, metadata={"format": "pt"})
+        with open(tmp_cfg, "w") as f:
+            json.dump(hf, f, indent=2)
+        os.replace(tmp_st, os.path.join(path, "model.safetensors"))
+        os.replace(tmp_cfg, os.path.join(path, "config.json"))
+    finally:
+        for tmp in (tmp_st, tmp_cfg):
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+

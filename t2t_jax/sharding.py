@@ -1,0 +1,91 @@
+"""Meshes and logical-axis sharding rules (in the style of MaxText's logical axis rules).
+
+A mesh comes from a dict of axis sizes, -1 meaning "the rest of the devices":
+`make_mesh({"data": 1, "fsdp": -1, "tensor": 2})`. Parameters and activations carry logical
+axes (`embed`, `q_heads`, `kv_heads`, `mlp`, `vocab`, `layers`, `head_dim`, `batch`); `rules`
+map each logical axis to mesh axes (or None: replicated). A rule whose mesh axes do not divide
+the dimension falls back to replication for that dimension.
+"""
+from __future__ import annotations
+
+import math
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from t2t_jax.models.qwen3.model import LAYER_WEIGHTS
+
+DEFAULT_RULES = {
+    "batch": ("data", "fsdp"),
+    "embed": "fsdp",
+    "vocab": "tensor",
+    "q_heads": "tensor",
+    "kv_heads": "tensor",
+    "mlp": "tensor",
+    "head_dim": None,
+    "layers": None,
+}
+GLOBAL_AXES = {"embed": ("vocab", "embed"), "final_norm": ("embed",), "lm_head": ("embed", "vocab")}
+
+
+def make_mesh(axes: dict[str, int], devices=None) -> Mesh:
+    """A Mesh with the named axis sizes; one size may be -1 (the remaining devices)."""
+    devices = list(devices if devices is not None else jax.devices())
+    sizes = dict(axes)
+    free = [k for k, v in sizes.items() if v == -1]
+    if len(free) > 1:
+        raise ValueError(f"mesh: at most one axis may be -1, got {free}")
+    known = math.prod(v for v in sizes.values() if v != -1)
+    if free:
+        if len(devices) % known:
+            raise ValueError(f"mesh: {len(devices)} devices do not divide by {known}")
+        sizes[free[0]] = len(devices) // known
+    if math.prod(sizes.values()) != len(devices):
+        raise ValueError(f"mesh: axes {sizes} need {math.prod(sizes.values())} devices, "
+                         f"{len(devices)} available")
+    return Mesh(np.array(devices).reshape(tuple(sizes.values())), tuple(sizes))
+
+
+def logical_axes(name: str) -> tuple:
+    """Logical axes of one model weight (layer weights have a leading `layers` axis)."""
+    if name in LAYER_WEIGHTS:
+        return ("layers",) + LAYER_WEIGHTS[name][1]
+    return GLOBAL_AXES[name]
+
+
+def spec(axes: tuple, shape: tuple, mesh: Mesh, rules=None) -> PartitionSpec:
+    """PartitionSpec for logical `axes` of an array of `shape` (non-dividing rules replicate)."""
+    rules = DEFAULT_RULES if rules is None else rules
+    out, used = [], set()
+    for axis, dim in zip(axes, shape):
+        mesh_axes = rules.get(axis)
+        mesh_axes = (mesh_axes,) if isinstance(mesh_axes, str) else tuple(mesh_axes or ())
+        mesh_axes = tuple(a for a in mesh_axes if a in mesh.shape and a not in used)
+        size = math.prod(mesh.shape[a] for a in mesh_axes)
+        if not mesh_axes or dim % size:
+            out.append(None)
+            continue
+        used.update(mesh_axes)
+        out.append(mesh_axes[0] if len(mesh_axes) == 1 else mesh_axes)
+    return PartitionSpec(*out)
+
+
+def param_sharding(name: str, shape: tuple, mesh: Mesh, rules=None) -> NamedSharding:
+    return NamedSharding(mesh, spec(logical_axes(name), shape, mesh, rules))
+
+
+def shard_model(model, mesh: Mesh, rules=None):
+    """Place every weight of a Qwen3 model on the mesh (in place); returns the model."""
+    from t2t_jax.models.qwen3.params import named_params
+    for name, param in named_params(model).items():
+        param.value = jax.device_put(param.value, param_sharding(name, param.value.shape, mesh, rules))
+    return model
+
+
+def batch_sharding(mesh: Mesh, ndim: int = 2, rules=None) -> NamedSharding:
+    """Inputs [batch, ...]: the batch over the data axes, the rest replicated."""
+    rules = DEFAULT_RULES if rules is None else rules
+    axes = rules.get("batch")
+    axes = tuple(a for a in ((axes,) if isinstance(axes, str) else axes or ()) if a in mesh.shape)
+    return NamedSharding(mesh, PartitionSpec(axes if axes else None, *([None] * (ndim - 1))))

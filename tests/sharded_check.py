@@ -1,0 +1,41 @@
+"""Run with 8 fake CPU devices (see test_sharding.py): sharded logits == single-device logits."""
+import os
+import sys
+
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from flax import nnx  # noqa: E402
+
+from t2t_jax import sharding  # noqa: E402
+from t2t_jax.models import qwen3  # noqa: E402
+
+
+def main(path):
+    assert len(jax.devices()) == 8
+    config = qwen3.Qwen3Config(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                               num_attention_heads=8, num_key_value_heads=4, head_dim=16,
+                               tie_word_embeddings=False)
+    qwen3.save_pretrained(qwen3.Qwen3(config, rngs=nnx.Rngs(0)), path)
+    ids = jnp.asarray(np.random.default_rng(0).integers(0, 96, (8, 10)))
+    mask = jnp.ones((8, 10), bool).at[3, :4].set(False)
+    single = np.asarray(qwen3.from_pretrained(path)(ids, attention_mask=mask))
+    for axes in ({"fsdp": 4, "tensor": 2}, {"data": 2, "fsdp": 2, "tensor": 2}, {"fsdp": -1},
+                 {"tensor": 8}, {"data": 8}):
+        mesh = sharding.make_mesh(axes)
+        model = qwen3.from_pretrained(path, mesh=mesh)
+        q = model.layers["q_proj"].value
+        assert len(q.sharding.device_set) == 8
+        if axes.get("fsdp", 1) * axes.get("tensor", 1) > 1:
+            assert not q.sharding.is_fully_replicated, axes
+        batch = sharding.batch_sharding(mesh)
+        out = jax.jit(lambda m, i, a: m(i, attention_mask=a))(
+            model, jax.device_put(ids, batch), jax.device_put(mask, batch))
+        np.testing.assert_allclose(np.asarray(out), single, atol=2e-5, err_msg=str(axes))
+        print("ok", axes, q.sharding.spec)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
