@@ -1,0 +1,134 @@
+"""Compile the real Qwen3 training step ahead of time for TPU topologies, from a CPU machine.
+
+  pip install -e ".[tpu]"
+  TPU_WORKER_HOSTNAMES=localhost python -m launch.aot [--preset=qwen3-4b] \
+      [--topologies=v5e:4x4,v5p:4x4x4,v4:4x4x8] [--batch=64] [--length=2048]
+
+What is compiled: next-token cross-entropy forward + backward of the whole model (layers scanned,
+remat per --remat) and an optax AdamW update, parameters and optimizer state sharded by
+t2t_jax.sharding's logical rules, the batch over the data axes, parameters and optimizer state
+donated. Parameters are abstract (`jax.ShapeDtypeStruct` with shardings): no weights needed.
+A GRPO step adds a frozen reference model (one more bf16 copy of the parameters when beta > 0)
+and per-token log-prob work of the same order as this step; `fits` leaves that headroom out,
+`ref_model_bytes` says how much it needs.
+
+Prints one JSON object per line per (topology, mesh): `topology`, `mesh`, `fits`, compile
+seconds, per-device `argument_bytes`, `output_bytes`, `temp_bytes`, `alias_bytes` from
+`memory_analysis()`, `flops` from `cost_analysis()`, and the chip's `hbm_bytes`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import optax  # noqa: E402
+from absl import app, flags  # noqa: E402
+from flax import nnx  # noqa: E402
+from jax.experimental import topologies  # noqa: E402
+from jax.sharding import NamedSharding, PartitionSpec  # noqa: E402
+
+from t2t_jax import sharding  # noqa: E402
+from t2t_jax.models import qwen3  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("preset", "qwen3-4b", "Model preset.")
+flags.DEFINE_list("topologies", ["v5e:4x4", "v5p:4x4x4", "v4:4x4x8"], "TPU topologies.")
+flags.DEFINE_integer("batch", 64, "Global batch (sequences): 8 prompts x groups of 8.")
+flags.DEFINE_integer("length", 2048, "Tokens per sequence (prompt + completion).")
+flags.DEFINE_string("remat", "full", "Remat policy: none, dots, full.")
+flags.DEFINE_string("param_dtype", "float32", "Master weight dtype (compute is bf16).")
+
+HBM = {"TPU v4": 32 * 2**30, "TPU v5 lite": 16 * 2**30, "TPU v5": 95 * 2**30, "TPU v5p": 95 * 2**30,
+       "TPU v6 lite": 32 * 2**30}
+
+
+def meshes(n):
+    """Candidate meshes for n chips: pure FSDP, FSDP x tensor, data x FSDP."""
+    out = [{"fsdp": n}]
+    for t in (2, 4, 8):
+        if n % t == 0 and n // t >= 1:
+            out.append({"fsdp": n // t, "tensor": t})
+    if n >= 16:
+        out.append({"data": 2, "fsdp": n // 2})
+    return out
+
+
+def train_step_fn(graphdef, opt):
+    def loss(params, ids):
+        model = nnx.merge(graphdef, params)
+        h = model.hidden(ids[:, :-1])
+        logits = model.logits_from_hidden(h)
+        logp = jax.nn.log_softmax(logits, axis=-1)
+        return -jnp.take_along_axis(logp, ids[:, 1:, None], axis=-1).mean()
+
+    def step(params, opt_state, ids):
+        value, grads = jax.value_and_grad(loss)(params, ids)
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, value
+    return step
+
+
+def compile_one(config, topo_name, axes):
+    topo = topologies.get_topology_desc(platform="tpu", topology_name=topo_name)
+    mesh = sharding.make_mesh(axes, devices=topo.devices)
+    model = nnx.eval_shape(lambda: qwen3.Qwen3(config, dtype=jnp.bfloat16,
+                                               param_dtype=jnp.dtype(FLAGS.param_dtype),
+                                               remat=FLAGS.remat))
+    graphdef, state = nnx.split(model)
+    params = nnx.to_pure_dict(state)
+
+    def shard_of(path, leaf):
+        name = str(getattr(path[-1], "key", path[-1]))
+        return sharding.param_sharding(name, leaf.shape, mesh)
+    param_shardings = jax.tree_util.tree_map_with_path(shard_of, params)
+    opt = optax.adamw(1e-6, weight_decay=0.01)
+    opt_state = jax.eval_shape(opt.init, params)
+    replicated = NamedSharding(mesh, PartitionSpec())
+    opt_shardings = optax.tree_map_params(opt, lambda _, s: s, opt_state, param_shardings,
+                                          transform_non_params=lambda _: replicated)
+    batch_shard = sharding.batch_sharding(mesh)
+    ids = jax.ShapeDtypeStruct((FLAGS.batch, FLAGS.length + 1), jnp.int32, sharding=batch_shard)
+    abstract = lambda tree, shards: jax.tree.map(  # noqa: E731
+        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shards)
+    step = jax.jit(train_step_fn(graphdef, opt), donate_argnums=(0, 1),
+                   out_shardings=(param_shardings, opt_shardings, replicated))
+    start = time.perf_counter()
+    compiled = step.lower(abstract(params, param_shardings), abstract(opt_state, opt_shardings), ids).compile()
+    seconds = time.perf_counter() - start
+    mem = compiled.memory_analysis()
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    kind = topo.devices[0].device_kind
+    hbm = HBM.get(kind)
+    peak = mem.argument_size_in_bytes + mem.output_size_in_bytes + mem.temp_size_in_bytes - mem.alias_size_in_bytes
+    ref_bytes = 2 * qwen3.num_params(config) // len(topo.devices)  # a bf16 reference, fully sharded
+    return {"topology": topo_name, "mesh": axes, "device_kind": kind, "chips": len(topo.devices),
+            "fits": bool(hbm and peak <= hbm), "peak_bytes": int(peak), "hbm_bytes": hbm,
+            "argument_bytes": int(mem.argument_size_in_bytes), "output_bytes": int(mem.output_size_in_bytes),
+            "temp_bytes": int(mem.temp_size_in_bytes), "alias_bytes": int(mem.alias_size_in_bytes),
+            "flops": float(cost.get("flops", -1)), "compile_s": round(seconds, 1),
+            "ref_model_bytes": int(ref_bytes), "batch": FLAGS.batch, "length": FLAGS.length,
+            "remat": FLAGS.remat, "preset": FLAGS.preset}
+
+
+def main(argv):
+    del argv
+    config = qwen3.PRESETS[FLAGS.preset]
+    for topo_name in FLAGS.topologies:
+        n = len(topologies.get_topology_desc(platform="tpu", topology_name=topo_name).devices)
+        for axes in meshes(n):
+            try:
+                row = compile_one(config, topo_name, axes)
+            except Exception as e:  # report and go on: one mesh failing says nothing of the others
+                row = {"topology": topo_name, "mesh": axes, "fits": False,
+                       "error": f"{type(e).__name__}: {str(e)[:300]}"}
+            print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    app.run(main)

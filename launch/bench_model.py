@@ -1,0 +1,83 @@
+"""Benchmark the Flax Qwen3 against the same weights in transformers (PyTorch CPU), one run.
+
+  python -m launch.bench_model [--shapes=tiny,100m] [--batch=4] [--length=128]
+
+Prints one JSON object per line: `name`, `batch`, `ours_per_s` (tokens/s), `baseline`,
+`baseline_per_s`, `ratio`. Measured: forward + backward of the next-token cross-entropy.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags
+from flax import nnx
+
+from t2t_jax.models import qwen3
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("shapes", ["tiny", "100m"], "Presets to measure.")
+flags.DEFINE_integer("batch", 4, "Sequences per step.")
+flags.DEFINE_integer("length", 128, "Tokens per sequence.")
+flags.DEFINE_integer("repeats", 3, "Timed repeats (best kept).")
+
+
+def best(fn, repeats):
+    fn()
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def emit(name, batch, ours, baseline, base, **extra):
+    print(json.dumps({"name": name, "batch": batch, "ours_per_s": round(ours, 1), "baseline": baseline,
+                      "baseline_per_s": round(base, 1), "ratio": round(ours / base, 2), **extra}), flush=True)
+
+
+def loss_fn(model, ids):
+    logits = model(ids[:, :-1])
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    return -jnp.take_along_axis(logp, ids[:, 1:, None], axis=-1).mean()
+
+
+def bench_train(shape, batch, length):
+    import torch
+    import transformers
+    config = qwen3.PRESETS[shape]
+    ids = np.random.default_rng(0).integers(0, config.vocab_size, (batch, length + 1))
+    with tempfile.TemporaryDirectory() as tmp:
+        qwen3.save_pretrained(qwen3.Qwen3(config, rngs=nnx.Rngs(0)), tmp)
+        model = qwen3.from_pretrained(tmp)
+        ref = transformers.Qwen3ForCausalLM.from_pretrained(tmp, attn_implementation="sdpa").train()
+    step = nnx.jit(lambda m, x: nnx.value_and_grad(loss_fn)(m, x))
+    x = jnp.asarray(ids)
+    ours = batch * length / best(lambda: jax.block_until_ready(step(model, x)), FLAGS.repeats)
+    t_ids = torch.tensor(ids)
+
+    def torch_step():
+        ref.zero_grad(set_to_none=True)
+        out = ref(input_ids=t_ids[:, :-1], labels=None).logits
+        loss = torch.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), t_ids[:, 1:].reshape(-1))
+        loss.backward()
+    base = batch * length / best(torch_step, FLAGS.repeats)
+    emit(f"train_step_{shape}", batch, ours, "transformers_pytorch_cpu", base, length=length,
+         params=qwen3.num_params(config), torch_threads=torch.get_num_threads())
+
+
+def main(argv):
+    del argv
+    print(json.dumps({"name": "platform", "backend": jax.default_backend(), "cpus": os.cpu_count()}), flush=True)
+    for shape in FLAGS.shapes:
+        bench_train(shape, FLAGS.batch, FLAGS.length)
+
+
+if __name__ == "__main__":
+    app.run(main)
