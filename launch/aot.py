@@ -5,7 +5,8 @@
       [--topologies=v5e:4x4,v5p:4x4x4,v4:4x4x8] [--batch=64] [--length=2048]
 
 What is compiled: next-token cross-entropy forward + backward of the whole model (layers scanned,
-remat per --remat) and an optax AdamW update, parameters and optimizer state sharded by
+remat per --remat; log-probs in chunks of --logits_chunk tokens, so the [B, T, 151936] logits
+never exist at once) and an optax AdamW update, parameters and optimizer state sharded by
 t2t_jax.sharding's logical rules, the batch over the data axes, parameters and optimizer state
 donated. Parameters are abstract (`jax.ShapeDtypeStruct` with shardings): no weights needed.
 A GRPO step adds a frozen reference model (one more bf16 copy of the parameters when beta > 0)
@@ -42,29 +43,26 @@ flags.DEFINE_integer("batch", 64, "Global batch (sequences): 8 prompts x groups 
 flags.DEFINE_integer("length", 2048, "Tokens per sequence (prompt + completion).")
 flags.DEFINE_string("remat", "full", "Remat policy: none, dots, full.")
 flags.DEFINE_string("param_dtype", "float32", "Master weight dtype (compute is bf16).")
+flags.DEFINE_integer("logits_chunk", 256, "Tokens per logits chunk (never [B, T, V] at once).")
 
 HBM = {"TPU v4": 32 * 2**30, "TPU v5 lite": 16 * 2**30, "TPU v5": 95 * 2**30, "TPU v5p": 95 * 2**30,
        "TPU v6 lite": 32 * 2**30}
 
 
-def meshes(n):
-    """Candidate meshes for n chips: pure FSDP, FSDP x tensor, data x FSDP."""
-    out = [{"fsdp": n}]
-    for t in (2, 4, 8):
-        if n % t == 0 and n // t >= 1:
-            out.append({"fsdp": n // t, "tensor": t})
+def meshes(n, batch):
+    """Candidate meshes for n chips: FSDP x tensor (tensor 1..8) and data x FSDP, keeping
+    only those whose batch axes (data x fsdp) divide the global batch."""
+    out = [{"fsdp": n // t, "tensor": t} if t > 1 else {"fsdp": n} for t in (1, 2, 4, 8) if n % t == 0]
     if n >= 16:
         out.append({"data": 2, "fsdp": n // 2})
-    return out
+    return [m for m in out if batch % (m.get("data", 1) * m["fsdp"]) == 0]
 
 
 def train_step_fn(graphdef, opt):
     def loss(params, ids):
         model = nnx.merge(graphdef, params)
         h = model.hidden(ids[:, :-1])
-        logits = model.logits_from_hidden(h)
-        logp = jax.nn.log_softmax(logits, axis=-1)
-        return -jnp.take_along_axis(logp, ids[:, 1:, None], axis=-1).mean()
+        return -model.token_logprobs(h, ids[:, 1:], chunk=FLAGS.logits_chunk).mean()
 
     def step(params, opt_state, ids):
         value, grads = jax.value_and_grad(loss)(params, ids)
@@ -121,7 +119,7 @@ def main(argv):
     config = qwen3.PRESETS[FLAGS.preset]
     for topo_name in FLAGS.topologies:
         n = len(topologies.get_topology_desc(platform="tpu", topology_name=topo_name).devices)
-        for axes in meshes(n):
+        for axes in meshes(n, FLAGS.batch):
             try:
                 row = compile_one(config, topo_name, axes)
             except Exception as e:  # report and go on: one mesh failing says nothing of the others

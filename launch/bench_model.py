@@ -1,9 +1,13 @@
 """Benchmark the Flax Qwen3 against the same weights in transformers (PyTorch CPU), one run.
 
   python -m launch.bench_model [--shapes=tiny,100m] [--batch=4] [--length=128]
+      [--decode_batches=1,16,64] [--prompt=32] [--new_tokens=32]
 
 Prints one JSON object per line: `name`, `batch`, `ours_per_s` (tokens/s), `baseline`,
-`baseline_per_s`, `ratio`. Measured: forward + backward of the next-token cross-entropy.
+`baseline_per_s`, `ratio`. Measured on the same weights in one run: forward + backward of the
+next-token cross-entropy (`train_step_*`), and greedy decoding with a KV cache
+(`decode_*`: our Sampler against `transformers` `generate`, both producing exactly
+--new_tokens tokens per row).
 """
 from __future__ import annotations
 
@@ -25,6 +29,9 @@ flags.DEFINE_list("shapes", ["tiny", "100m"], "Presets to measure.")
 flags.DEFINE_integer("batch", 4, "Sequences per step.")
 flags.DEFINE_integer("length", 128, "Tokens per sequence.")
 flags.DEFINE_integer("repeats", 3, "Timed repeats (best kept).")
+flags.DEFINE_list("decode_batches", ["1", "16", "64"], "Batch sizes for decoding.")
+flags.DEFINE_integer("prompt", 32, "Prompt tokens for decoding.")
+flags.DEFINE_integer("new_tokens", 32, "New tokens per row for decoding.")
 
 
 def best(fn, repeats):
@@ -72,11 +79,40 @@ def bench_train(shape, batch, length):
          params=qwen3.num_params(config), torch_threads=torch.get_num_threads())
 
 
+def bench_decode(shape):
+    import torch
+    import transformers
+
+    from t2t_jax.sampling import Sampler
+    config = qwen3.PRESETS[shape]
+    with tempfile.TemporaryDirectory() as tmp:
+        qwen3.save_pretrained(qwen3.Qwen3(config, rngs=nnx.Rngs(0)), tmp)
+        model = qwen3.from_pretrained(tmp)
+        ref = transformers.Qwen3ForCausalLM.from_pretrained(tmp).eval()
+    sampler = Sampler(model, stop_ids=[], pad_id=0)
+    for batch in (int(b) for b in FLAGS.decode_batches):
+        ids = np.random.default_rng(batch).integers(1, config.vocab_size, (batch, FLAGS.prompt))
+        mask = np.ones_like(ids, bool)
+        new = FLAGS.new_tokens
+        ours = batch * new / best(lambda: jax.block_until_ready(
+            sampler.generate(ids, mask, max_new_tokens=new).tokens), FLAGS.repeats)
+        t_ids, t_mask = torch.tensor(ids), torch.tensor(mask.astype(np.int64))
+
+        def hf():
+            with torch.no_grad():
+                ref.generate(input_ids=t_ids, attention_mask=t_mask, max_new_tokens=new, min_new_tokens=new,
+                             do_sample=False, pad_token_id=0, use_cache=True)
+        base = batch * new / best(hf, FLAGS.repeats)
+        emit(f"decode_{shape}", batch, ours, "transformers_generate_greedy", base, prompt=FLAGS.prompt,
+             new_tokens=new)
+
+
 def main(argv):
     del argv
     print(json.dumps({"name": "platform", "backend": jax.default_backend(), "cpus": os.cpu_count()}), flush=True)
     for shape in FLAGS.shapes:
         bench_train(shape, FLAGS.batch, FLAGS.length)
+        bench_decode(shape)
 
 
 if __name__ == "__main__":

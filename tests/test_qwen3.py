@@ -142,3 +142,23 @@ def test_presets_have_published_sizes():
     sizes = {k: qwen3.num_params(c) / 1e9 for k, c in qwen3.PRESETS.items()}
     assert abs(sizes["qwen3-0.6b"] - 0.596) < 0.01 and abs(sizes["qwen3-4b"] - 4.02) < 0.01
     assert abs(sizes["qwen3-8b"] - 8.19) < 0.01 and not qwen3.PRESETS["qwen3-8b"].tie_word_embeddings
+
+
+def test_chunked_token_logprobs_match_full_logits():
+    from flax import nnx
+    config = qwen3.Qwen3Config(vocab_size=50, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                               num_attention_heads=4, num_key_value_heads=2, head_dim=8)
+    model = qwen3.Qwen3(config, rngs=nnx.Rngs(1))
+    ids = jnp.asarray(np.random.default_rng(0).integers(0, 50, (3, 23)))
+
+    def full(m):
+        logp = jax.nn.log_softmax(m(ids[:, :-1]) / 0.8, axis=-1)
+        return jnp.take_along_axis(logp, ids[:, 1:, None], axis=-1)[..., 0]
+
+    def chunked(m):
+        return m.token_logprobs(m.hidden(ids[:, :-1]), ids[:, 1:], chunk=5, temperature=0.8)
+    np.testing.assert_allclose(chunked(model), full(model), atol=1e-5)
+    g_full = nnx.grad(lambda m: full(m).sum())(model)
+    g_chunk = nnx.grad(lambda m: chunked(m).sum())(model)
+    for a, b in zip(jax.tree.leaves(nnx.state(g_full)), jax.tree.leaves(nnx.state(g_chunk))):
+        np.testing.assert_allclose(a, b, atol=1e-5)

@@ -1,0 +1,128 @@
+"""`Sampler`: batched generation with a jitted prefill and a jitted KV-cache decode loop.
+
+    out = Sampler(model, stop_ids=[eos], pad_id=pad).generate(
+        input_ids, attention_mask, max_new_tokens=256, temperature=1.0, top_p=0.95, n=8, seed=0)
+    out.tokens    # [B * n, max_new_tokens] new tokens only, pad_id after the stop token
+    out.logprobs  # [B * n, max_new_tokens] log-prob of each sampled token at the sampling
+                  # temperature (at temperature 1 for greedy decoding), 0 after the stop
+    out.lengths   # [B * n] tokens up to and including the stop token
+    out.truncated # [B * n] no stop token within the budget
+
+Prompts are left-padded (t2t_jax.text.prompts pads to bucketed lengths, so a run compiles a
+handful of shapes). The `n` samples of a prompt share one prefill: its cache rows are repeated
+before decoding, and row i * n + j is sample j of prompt i. The decode loop is a
+`lax.while_loop` that stops when every row has stopped or at the budget; the cache lives inside
+the compiled call and is updated in place. Sampling parameters (temperature, top_k, top_p, the
+seed) are traced, so changing them does not recompile; the shapes and `n` are static. Each step
+draws with `fold_in(key, step)` and each row with `fold_in(step_key, row)`.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import chex
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+
+@chex.dataclass(frozen=True)
+class SampleOutput:
+    tokens: chex.Array
+    logprobs: chex.Array
+    lengths: chex.Array
+    truncated: chex.Array
+
+
+def filter_logits(logits, top_k, top_p):
+    """Mask logits [..., V] outside the top-k (k <= 0: off) and the top-p nucleus (p >= 1: off).
+    The most likely token always survives."""
+    v = logits.shape[-1]
+    sorted_desc = jnp.sort(logits, axis=-1)[..., ::-1]
+    k = jnp.where(top_k > 0, jnp.minimum(top_k, v), v)
+    kth = jnp.take_along_axis(sorted_desc, jnp.broadcast_to(k - 1, logits.shape[:-1])[..., None], axis=-1)
+    logits = jnp.where(logits < kth, -jnp.inf, logits)
+    sorted_desc = jnp.where(sorted_desc < kth, -jnp.inf, sorted_desc)
+    probs = jax.nn.softmax(sorted_desc, axis=-1)
+    before = jnp.cumsum(probs, axis=-1) - probs  # mass of the strictly more likely tokens
+    cutoff = jnp.min(jnp.where(before < top_p, sorted_desc, jnp.inf), axis=-1, keepdims=True)
+    return jnp.where((top_p < 1.0) & (logits < cutoff), -jnp.inf, logits)
+
+
+def sample_step(key, logits, temperature, top_k, top_p):
+    """logits [R, V] fp32 -> (tokens [R], logprobs [R]); greedy where temperature == 0."""
+    greedy = temperature <= 0
+    scaled = logits / jnp.where(greedy, 1.0, temperature)
+    filtered = filter_logits(scaled, top_k, top_p)
+    keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(logits.shape[0]))
+    drawn = jax.vmap(jax.random.categorical)(keys, filtered)
+    tokens = jnp.where(greedy, jnp.argmax(logits, axis=-1), drawn)
+    logp = jax.nn.log_softmax(filtered, axis=-1)
+    return tokens, jnp.take_along_axis(logp, tokens[:, None], axis=-1)[:, 0]
+
+
+def _generate(graphdef, state, input_ids, attention_mask, key, temperature, top_k, top_p, stop_ids,
+              pad_id, *, max_new_tokens, n):
+    model = nnx.merge(graphdef, state)
+    b, p = input_ids.shape
+    cache = model.init_cache(b, p + max_new_tokens)
+    logits, cache = model(input_ids, attention_mask, cache=cache)
+    last = logits[:, -1]
+    rows = b * n
+    cache = jax.tree.map(lambda x: jnp.repeat(x, n, axis=1) if x.ndim == 5 else
+                         (jnp.repeat(x, n, axis=0) if x.ndim >= 1 else x), cache)
+    last = jnp.repeat(last, n, axis=0)
+
+    def cond(carry):
+        t, _, _, _, done, _, _ = carry
+        return (t < max_new_tokens) & ~jnp.all(done)
+
+    def body(carry):
+        t, cache, last, tokens, done, logprobs, lengths = carry
+        tok, lp = sample_step(jax.random.fold_in(key, t), last, temperature, top_k, top_p)
+        tok = jnp.where(done, pad_id, tok)
+        lp = jnp.where(done, 0.0, lp)
+        tokens = tokens.at[:, t].set(tok)
+        logprobs = logprobs.at[:, t].set(lp)
+        lengths = lengths + (~done).astype(jnp.int32)
+        done = done | jnp.isin(tok, stop_ids)
+        logits, cache = model(tok[:, None], jnp.ones((rows, 1), bool), cache=cache)
+        return t + 1, cache, logits[:, -1], tokens, done, logprobs, lengths
+
+    init = (jnp.int32(0), cache, last, jnp.full((rows, max_new_tokens), pad_id, jnp.int32),
+            jnp.zeros((rows,), bool), jnp.zeros((rows, max_new_tokens), jnp.float32),
+            jnp.zeros((rows,), jnp.int32))
+    _, _, _, tokens, done, logprobs, lengths = jax.lax.while_loop(cond, body, init)
+    return SampleOutput(tokens=tokens, logprobs=logprobs, lengths=lengths, truncated=~done)
+
+
+class Sampler:
+    """Generation from a Qwen3 model (see the module docstring).
+
+    Args:
+      model: a t2t_jax Qwen3 (its current weights are captured at each `generate` call).
+      stop_ids: token ids that end a completion (e.g. tokenizer.stop_ids(tok)).
+      pad_id: written after the stop token.
+    """
+
+    def __init__(self, model, stop_ids: Sequence[int], pad_id: int):
+        self.model = model
+        self.stop_ids = jnp.asarray(list(stop_ids), jnp.int32)
+        self.pad_id = int(pad_id)
+        self.graphdef = nnx.graphdef(model)
+        self._jit = jax.jit(_generate, static_argnums=(0,), static_argnames=("max_new_tokens", "n"))
+
+    def generate(self, input_ids, attention_mask, max_new_tokens: int, temperature: float = 0.0,
+                 top_k: int = 0, top_p: float = 1.0, n: int = 1, seed: int = 0) -> SampleOutput:
+        """input_ids, attention_mask: [B, P] left-padded -> SampleOutput with B * n rows."""
+        state = nnx.state(self.model)
+        return self._jit(self.graphdef, state, jnp.asarray(input_ids, jnp.int32),
+                         jnp.asarray(attention_mask, bool), jax.random.key(seed),
+                         jnp.float32(temperature), jnp.int32(top_k), jnp.float32(top_p),
+                         self.stop_ids, jnp.int32(self.pad_id), max_new_tokens=max_new_tokens, n=n)
+
+    def compilations(self) -> int:
+        """Compiled variants of the generate function so far (shared by every Sampler in the
+        process; a run should keep it constant after warm-up)."""
+        return self._jit._cache_size()
+
