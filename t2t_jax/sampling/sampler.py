@@ -50,15 +50,25 @@ def filter_logits(logits, top_k, top_p):
 
 
 def sample_step(key, logits, temperature, top_k, top_p):
-    """logits [R, V] fp32 -> (tokens [R], logprobs [R]); greedy where temperature == 0."""
-    greedy = temperature <= 0
-    scaled = logits / jnp.where(greedy, 1.0, temperature)
-    filtered = filter_logits(scaled, top_k, top_p)
-    keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(logits.shape[0]))
-    drawn = jax.vmap(jax.random.categorical)(keys, filtered)
-    tokens = jnp.where(greedy, jnp.argmax(logits, axis=-1), drawn)
-    logp = jax.nn.log_softmax(filtered, axis=-1)
-    return tokens, jnp.take_along_axis(logp, tokens[:, None], axis=-1)[:, 0]
+    """logits [R, V] fp32 -> (tokens [R], logprobs [R]); greedy where temperature == 0.
+
+    Branches are `lax.cond`s on the (traced) parameters, so greedy decoding never sorts the
+    vocabulary and plain temperature sampling sorts it only when top-k / top-p are on."""
+    def greedy():
+        tokens = jnp.argmax(logits, axis=-1)
+        logp = jax.nn.log_softmax(logits, axis=-1)
+        return tokens, jnp.take_along_axis(logp, tokens[:, None], axis=-1)[:, 0]
+
+    def sampled():
+        scaled = logits / temperature
+        filtered = jax.lax.cond((top_k > 0) | (top_p < 1.0),
+                                lambda: filter_logits(scaled, top_k, top_p), lambda: scaled)
+        keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(logits.shape[0]))
+        tokens = jax.vmap(jax.random.categorical)(keys, filtered)
+        logp = jax.nn.log_softmax(filtered, axis=-1)
+        return tokens, jnp.take_along_axis(logp, tokens[:, None], axis=-1)[:, 0]
+
+    return jax.lax.cond(temperature <= 0, greedy, sampled)
 
 
 def _generate(graphdef, state, input_ids, attention_mask, key, temperature, top_k, top_p, stop_ids,

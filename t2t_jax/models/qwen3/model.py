@@ -93,8 +93,9 @@ def attention(q, k, v, mask):
 
 
 def _layer(config: Qwen3Config, x, w, cos, sin, mask, cache_kv=None, index=None):
-    """One decoder layer. x: [B, T, D]; w: this layer's weights; cache_kv: ([B, K, S, E] x 2)
-    to write this step's keys/values into at slot `index` (None: attend within x only)."""
+    """One decoder layer. x: [B, T, D]; w: this layer's weights; cache_kv: this layer's cached
+    ([B, K, S, E] x 2), with this step's keys/values going to slot `index` (None: attend
+    within x only). Returns (x, (k, v)), this step's keys and values [B, K, T, E]."""
     c = config
     b, t, _ = x.shape
     h = rms_norm(x, w["input_norm"], c.rms_norm_eps)
@@ -106,15 +107,14 @@ def _layer(config: Qwen3Config, x, w, cos, sin, mask, cache_kv=None, index=None)
     v = v.transpose(0, 2, 1, 3)
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
     if cache_kv is not None:
-        ck = jax.lax.dynamic_update_slice_in_dim(cache_kv[0], k.astype(cache_kv[0].dtype), index, axis=2)
-        cv = jax.lax.dynamic_update_slice_in_dim(cache_kv[1], v.astype(cache_kv[1].dtype), index, axis=2)
-        k_all, v_all, new_kv = ck, cv, (ck, cv)
+        k_all = jax.lax.dynamic_update_slice_in_dim(cache_kv[0], k.astype(cache_kv[0].dtype), index, axis=2)
+        v_all = jax.lax.dynamic_update_slice_in_dim(cache_kv[1], v.astype(cache_kv[1].dtype), index, axis=2)
     else:
-        k_all, v_all, new_kv = k, v, None
+        k_all, v_all = k, v
     x = x + attention(q, k_all.astype(q.dtype), v_all.astype(q.dtype), mask) @ w["o_proj"]
     h = rms_norm(x, w["post_norm"], c.rms_norm_eps)
     x = x + (jax.nn.silu(h @ w["gate_proj"]) * (h @ w["up_proj"])) @ w["down_proj"]
-    return x, new_kv
+    return x, (k, v)
 
 
 class Qwen3(nnx.Module):
@@ -173,17 +173,25 @@ class Qwen3(nnx.Module):
         x = self.embed.value[input_ids].astype(self.dtype)
         weights = {k: p.value.astype(self.dtype) if k not in NORMS else p.value
                    for k, p in self.layers.items()}
+        index = None if cache is None else cache.index
 
-        def body(x, scanned):
-            w, kv = scanned
-            x, new_kv = _layer(c, x, w, cos, sin, attn_mask, kv, None if cache is None else cache.index)
-            return x, new_kv
+        def body(carry, w):
+            x, kv, layer = carry
+            if kv is None:
+                x, _ = _layer(c, x, w, cos, sin, attn_mask)
+                return (x, kv, layer + 1), None
+            # The cache is a carry: each layer writes only this step's slots, in place.
+            x, (k, v) = _layer(c, x, w, cos, sin, attn_mask, (kv[0][layer], kv[1][layer]), index)
+            start = (layer, 0, 0, index, 0)
+            kv = (jax.lax.dynamic_update_slice(kv[0], k[None].astype(kv[0].dtype), start),
+                  jax.lax.dynamic_update_slice(kv[1], v[None].astype(kv[1].dtype), start))
+            return (x, kv, layer + 1), None
 
         policy = REMAT_POLICIES[self.remat]
         if policy is not None:
             body = jax.checkpoint(body, policy=policy)
         kv = None if cache is None else (cache.k, cache.v)
-        x, new_kv = jax.lax.scan(body, x, (weights, kv))
+        (x, new_kv, _), _ = jax.lax.scan(body, (x, kv, jnp.int32(0)), weights)
         x = rms_norm(x, self.final_norm.value, c.rms_norm_eps)
         if cache is None:
             return x
