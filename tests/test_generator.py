@@ -121,8 +121,7 @@ def test_line_boards_have_their_walk_forward_plan():
     for item in items:
         agents = []
         for s, g in zip(item["starts"], item["goals"]):
-            # Walk from s to g: for the line, goal of agent i is the start of agent i+1 or
-            # the next path cell; one step suffices at min_distance 1.
+            # At min_distance 1 each goal is the next cell of the line: one step forward.
             (r, c), (gr, gc) = s, g
             agents.append([{(1, 0): "DOWN", (-1, 0): "UP", (0, 1): "RIGHT", (0, -1): "LEFT"}[(gr - r, gc - c)]])
         plans.append(agents)
