@@ -34,6 +34,8 @@ def main(path):
         out = jax.jit(lambda m, i, a: m(i, attention_mask=a))(
             model, jax.device_put(ids, batch), jax.device_put(mask, batch))
         np.testing.assert_allclose(np.asarray(out), single, atol=2e-5, err_msg=str(axes))
+        placed = sharding.shard_model(qwen3.from_pretrained(path), mesh)  # after the fact
+        assert placed.layers["q_proj"].value.sharding == q.sharding
         print("ok", axes, q.sharding.spec)
 
 

@@ -36,12 +36,6 @@ def cell_rows(pos: jax.Array, size: int) -> jax.Array:
     return jnp.where(row, bit, jnp.uint32(0))
 
 
-def has_bit(rows: jax.Array, pos: jax.Array) -> jax.Array:
-    """[..., S] rows, [..., 2] (row, col) -> [...] bool, whether that cell is set."""
-    row = jnp.take_along_axis(rows, pos[..., 0:1].astype(jnp.int32), axis=-1)[..., 0]
-    return (jnp.right_shift(row, pos[..., 1].astype(jnp.uint32)) & 1).astype(bool)
-
-
 def neighbours(rows: jax.Array) -> jax.Array:
     """[..., S] rows -> the cells 4-adjacent to any set cell (not masked to the grid)."""
     zero = jnp.zeros_like(rows[..., :1])

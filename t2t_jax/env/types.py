@@ -154,8 +154,3 @@ class Verdicts:
     goal_reached: chex.Array
     first_violation_step: chex.Array
     sum_of_costs: chex.Array
-
-
-# Verdict flags in the order the failure breakdown reports them.
-FAILURE_FLAGS = ("out_of_bounds", "hole", "vertex_collision", "edge_collision", "missing_agent",
-                 "unknown_agent", "parse_error", "truncated")
