@@ -81,13 +81,8 @@ def certified_boards(config, num: int, seed: int, chunk: int) -> list[dict]:
     with solver.make_pool(FLAGS.workers or None) as pool:
         gen = CertifiedGenerator(config, horizon=FLAGS.horizon, chunk=min(chunk, max(num, 64)), pool=pool)
         boards, plans = gen(jax.random.key(seed), num)
-    items = io.boards_to_json(boards)
-    for i, item in enumerate(items):
-        k = len(item["starts"])
-        item["plan"] = io.plan_to_text([a[:n] for a, n in zip(np.asarray(plans.actions[i, :k]),
-                                                               np.asarray(plans.lengths[i, :k]))])
     print(json.dumps(gen.last_stats.as_dict()), file=sys.stderr)
-    return items
+    return io.boards_with_plans_to_json(boards, plans)
 
 
 def cmd_generate():

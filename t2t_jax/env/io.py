@@ -39,6 +39,16 @@ def boards_to_json(boards: Boards) -> list[dict]:
     return [board_to_json(boards, i) for i in range(boards.size.shape[0])]
 
 
+def boards_with_plans_to_json(boards: Boards, plans: Plans) -> list[dict]:
+    """Board dicts, each with its plan (e.g. the certified witness) as text under "plan"."""
+    items = boards_to_json(boards)
+    actions, lengths = np.asarray(plans.actions), np.asarray(plans.lengths)
+    for i, item in enumerate(items):
+        k = len(item["starts"])
+        item["plan"] = plan_to_text([a[:n] for a, n in zip(actions[i, :k], lengths[i, :k])])
+    return items
+
+
 def _cells(value, where: str, n: int) -> list[tuple[int, int]]:
     if not isinstance(value, list):
         raise ValueError(f"{where}: expected a list of [row, col] pairs")

@@ -17,7 +17,6 @@ import dataclasses
 import os
 
 import jax
-import numpy as np
 
 from t2t_jax.env import io
 from t2t_jax.env.config import make_config
@@ -68,12 +67,8 @@ def build(name: str, pool=None, progress: bool = False, sizes=None) -> list[dict
                              max_agents=spec.max_agents)
         gen = CertifiedGenerator(config, horizon=HORIZON, chunk=CHUNK, pool=pool)
         boards, plans = gen(jax.random.key(SEED + 100 * spec.agents + n), spec.boards)
-        for i, item in enumerate(io.boards_to_json(boards)):
-            k = len(item["starts"])
-            acts = np.asarray(plans.actions[i, :k])
-            lengths = np.asarray(plans.lengths[i, :k])
+        for item in io.boards_with_plans_to_json(boards, plans):
             item.pop("bucket")
-            item["plan"] = io.plan_to_text([a[:length] for a, length in zip(acts, lengths)])
             items.append(item)
     return items
 
