@@ -7,7 +7,7 @@ setup(
     description="Trainee-to-Trainer: an RL policy LLM that engineers its own next training environment (JAX).",
     python_requires=">=3.11,<3.13",
     packages=find_packages(include=["t2t_jax", "t2t_jax.*", "launch", "configs"]),
-    package_data={"t2t_jax": ["evaluation/data/*.jsonl", "text/embedded/*"]},
+    package_data={"t2t_jax": ["evaluation/data/*.jsonl", "evaluation/data/*.json", "text/embedded/*"]},
     install_requires=[
         "jax>=0.7,<0.11",
         "flax>=0.11,<0.13",
@@ -25,6 +25,7 @@ setup(
         "pillow>=10,<14",
         "tqdm>=4.66,<5",
         "python-sat>=1.8.dev20,<1.10",  # only .dev releases are published
+        "outlines-core>=0.2.10,<0.3",
     ],
     extras_require={
         "test": [
@@ -32,6 +33,7 @@ setup(
             "hypothesis>=6.100,<7",
             "torch==2.13.0",
             "gymnasium>=1.0,<1.5",
+            "jsonschema>=4.20,<5",
         ],
         "tpu": ["jax[tpu]>=0.7,<0.11"],
         "gpu": ["jax[cuda12]>=0.7,<0.11"],

@@ -5,7 +5,9 @@
 
 Prints one JSON object per line: `name`, `batch`, `ours_per_s` (tokens/s), `baseline`,
 `baseline_per_s`, `ratio`. Measured on the same weights in one run: forward + backward of the
-next-token cross-entropy (`train_step_*`), and greedy decoding with a KV cache
+next-token cross-entropy (`train_step_*`); a whole GRPO update (`grpo_update_*`: our jitted
+Trainer step, prompt + completion of --length tokens, chunked log-probs, the clipped dapo loss
+and AdamW) against a PyTorch forward + backward of the same batch; and greedy decoding with a KV cache
 (`decode_*`: our Sampler against `transformers` `generate`, both producing exactly
 --new_tokens tokens per row).
 """
@@ -79,6 +81,48 @@ def bench_train(shape, batch, length):
          params=qwen3.num_params(config), torch_threads=torch.get_num_threads())
 
 
+def bench_grpo(shape, batch, length):
+    """Our full GRPO update vs a transformers forward + backward (no optimizer) on the batch."""
+    import ml_collections as mlc
+    import torch
+    import transformers
+
+    from t2t_jax.rl.trainer import Trainer
+    config = qwen3.PRESETS[shape]
+    rng = np.random.default_rng(0)
+    p, c = length // 2, length - length // 2
+    data = {"prompt_ids": rng.integers(0, config.vocab_size, (batch, p)).astype(np.int32),
+            "prompt_mask": np.ones((batch, p), bool),
+            "completion_ids": rng.integers(0, config.vocab_size, (batch, c)).astype(np.int32),
+            "completion_mask": np.ones((batch, c), bool), "advantages": rng.normal(size=batch).astype(np.float32),
+            "old_logps": -rng.uniform(5, 10, (batch, c)).astype(np.float32)}
+    settings = mlc.ConfigDict(dict(
+        optim=dict(learning_rate=1e-6, warmup_steps=1, decay_steps=100, end_lr_fraction=0.1, b1=0.9, b2=0.99,
+                   weight_decay=0.0, max_grad_norm=1.0),
+        train=dict(micro_batches=1, max_bad_steps=5, temperature=1.0, logprob_chunk=256),
+        grpo=dict(loss_type="dapo", epsilon_low=0.2, epsilon_high=0.28, beta=0.0)))
+    with tempfile.TemporaryDirectory() as tmp:
+        qwen3.save_pretrained(qwen3.Qwen3(config, rngs=nnx.Rngs(0)), tmp)
+        trainer = Trainer(qwen3.from_pretrained(tmp), settings)
+        ref = transformers.Qwen3ForCausalLM.from_pretrained(tmp, attn_implementation="sdpa").train()
+    state = [trainer.init()]
+    batch_arrays = trainer.shard(data)
+
+    def ours_step():
+        state[0], metrics = trainer.update(state[0], batch_arrays)
+        jax.block_until_ready(metrics["loss"])
+    ours = batch * length / best(ours_step, FLAGS.repeats)
+    t_ids = torch.tensor(np.concatenate([data["prompt_ids"], data["completion_ids"]], 1), dtype=torch.long)
+
+    def torch_step():
+        ref.zero_grad(set_to_none=True)
+        logits = ref(input_ids=t_ids).logits[:, p - 1:-1]
+        logp = torch.log_softmax(logits.float(), -1).gather(-1, t_ids[:, p:, None])[..., 0]
+        (-logp.mean()).backward()
+    base = batch * length / best(torch_step, FLAGS.repeats)
+    emit(f"grpo_update_{shape}", batch, ours, "transformers_pytorch_cpu_fwd_bwd", base, length=length)
+
+
 def bench_decode(shape):
     import torch
     import transformers
@@ -112,6 +156,7 @@ def main(argv):
     print(json.dumps({"name": "platform", "backend": jax.default_backend(), "cpus": os.cpu_count()}), flush=True)
     for shape in FLAGS.shapes:
         bench_train(shape, FLAGS.batch, FLAGS.length)
+        bench_grpo(shape, FLAGS.batch, FLAGS.length)
         bench_decode(shape)
 
 

@@ -76,10 +76,14 @@ def param_sharding(name: str, shape: tuple, mesh: Mesh, rules=None) -> NamedShar
 
 
 def shard_model(model, mesh: Mesh, rules=None):
-    """Place every weight of a Qwen3 model on the mesh (in place); returns the model."""
+    """Place every weight of a Qwen3 model on the mesh (in place); returns the model. Each
+    process must hold the same values (same seed or checkpoint); it places only its own shards,
+    so this works multi-host."""
     from t2t_jax.models.qwen3.params import named_params
     for name, param in named_params(model).items():
-        param.value = jax.device_put(param.value, param_sharding(name, param.value.shape, mesh, rules))
+        host = np.asarray(param.value)
+        param.value = jax.make_array_from_callback(
+            host.shape, param_sharding(name, host.shape, mesh, rules), lambda idx, h=host: h[idx])
     return model
 
 

@@ -9,6 +9,11 @@ from the starts); any plan of makespan <= T is a model, so the first satisfiable
 lower bound up is the optimum. Waiting on the goal keeps a plan valid, so satisfiability is
 monotone in T.
 
+Proving that no plan exists at all (T = the horizon) can be hard for SAT (agents that would have
+to swap in a corridor are a pigeonhole-like problem), so when prioritized planning found no
+plan and the joint state space is small (free cells ^ agents <= `JOINT_STATES`), feasibility is
+first settled by a vectorised breadth-first search over joint configurations (`joint_reachable`).
+
 This module imports no JAX so worker processes start fast (see `solve_many`).
 """
 from __future__ import annotations
@@ -16,15 +21,18 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import multiprocessing
+import itertools
 import time
 from typing import Iterable
 
+import numpy as np
 from pysat.solvers import Solver
 
 from t2t_jax.env.reference import bfs
 
 MOVES = {(0, 0): "STAY", (-1, 0): "UP", (1, 0): "DOWN", (0, -1): "LEFT", (0, 1): "RIGHT"}
 SAT_ENGINE = "cadical195"
+JOINT_STATES = 300_000
 
 
 @dataclasses.dataclass
@@ -45,6 +53,44 @@ def _neighbours(cell, n, holes):
         nxt = (r + dr, c + dc)
         if 0 <= nxt[0] < n and 0 <= nxt[1] < n and nxt not in holes:
             yield nxt
+
+
+def joint_reachable(board: dict, max_makespan: int) -> bool | None:
+    """Whether the goal configuration is reachable within `max_makespan` joint steps (BFS over
+    joint configurations, vertex and swap conflicts excluded); None when free cells ^ agents
+    exceeds JOINT_STATES."""
+    n, holes = board["size"], {tuple(h) for h in board["holes"]}
+    cells = [(r, c) for r in range(n) for c in range(n) if (r, c) not in holes]
+    m, k = len(cells), len(board["starts"])
+    if m ** k > JOINT_STATES:
+        return None
+    index = {cell: i for i, cell in enumerate(cells)}
+    nb = np.full((m, 5), -1, np.int64)  # cell, action -> cell (-1: off the grid or a hole)
+    for i, (r, c) in enumerate(cells):
+        for a, (dr, dc) in enumerate(MOVES):
+            nb[i, a] = index.get((r + dr, c + dc), -1)
+    moves = np.array(list(itertools.product(range(5), repeat=k)), np.int64)  # [5^k, k]
+    base = m ** np.arange(k, dtype=np.int64)
+    goal = int(sum(index[tuple(g)] * base[i] for i, g in enumerate(board["goals"])))
+    frontier = np.array([sum(index[tuple(s)] * base[i] for i, s in enumerate(board["starts"]))])
+    seen = np.zeros(m ** k, bool)
+    seen[frontier] = True
+    pairs = [(i, j) for i in range(k) for j in range(i + 1, k)]
+    for _ in range(max_makespan):
+        if seen[goal]:
+            return True
+        pos = (frontier[:, None] // base) % m  # [F, k]
+        new = nb[pos[:, None, :], moves[None]]  # [F, 5^k, k]
+        ok = (new >= 0).all(-1)
+        for i, j in pairs:
+            ok &= new[..., i] != new[..., j]
+            ok &= ~((new[..., i] == pos[:, None, j]) & (new[..., j] == pos[:, None, i]))
+        codes = np.unique((new * base).sum(-1)[ok])
+        frontier = codes[~seen[codes]]
+        if frontier.size == 0:
+            return False
+        seen[frontier] = True
+    return bool(seen[goal])
 
 
 def _solve_at(board, horizon, from_start, to_goal):
@@ -122,6 +168,8 @@ def solve(board: dict, upper_bound: int | None = None, max_makespan: int = 64) -
     lower = max(dists + [0])
     best_plan = None
     if upper_bound is None or upper_bound < 0:
+        if joint_reachable(board, max_makespan) is False:
+            return Solution(None, lower, None, time.perf_counter() - start, solves)
         solves += 1
         best_plan = _solve_at(board, max_makespan, from_start, to_goal)
         if best_plan is None:

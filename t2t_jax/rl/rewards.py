@@ -23,6 +23,9 @@ TERMS = ("format", "valid", "optimal", "progress", "efficiency", "length")
 # Stage 1 of the paper's schedule rewards accuracy; later stages add efficiency.
 ACCURACY_FIRST = {"format": 0.1, "valid": 1.0, "optimal": 0.5, "progress": 0.2,
                   "efficiency": 0.0, "length": 0.0}
+# Once plans are mostly valid: reward reaching the optimum and short completions.
+EFFICIENCY_NEXT = {"format": 0.1, "valid": 1.0, "optimal": 1.0, "progress": 0.0,
+                   "efficiency": 0.5, "length": 0.1}
 
 
 def reward_terms(verdicts: Verdicts, parse_status, optimal_makespan, num_agents, lengths,

@@ -14,7 +14,8 @@ before decoding, and row i * n + j is sample j of prompt i. The decode loop is a
 `lax.while_loop` that stops when every row has stopped or at the budget; the cache lives inside
 the compiled call and is updated in place. Sampling parameters (temperature, top_k, top_p, the
 seed) are traced, so changing them does not recompile; the shapes and `n` are static. Each step
-draws with `fold_in(key, step)` and each row with `fold_in(step_key, row)`.
+draws with `fold_in(key, step)` and each row with `fold_in(step_key, row)`. A `constraint`
+(constrained.py) masks each step's logits to the tokens its automaton allows.
 """
 from __future__ import annotations
 
@@ -24,6 +25,9 @@ import chex
 import jax
 import jax.numpy as jnp
 from flax import nnx
+
+from t2t_jax.sampling import constrained
+from t2t_jax.sampling.constrained import Constraint
 
 
 @chex.dataclass(frozen=True)
@@ -72,7 +76,7 @@ def sample_step(key, logits, temperature, top_k, top_p):
 
 
 def _generate(graphdef, state, input_ids, attention_mask, key, temperature, top_k, top_p, stop_ids,
-              pad_id, *, max_new_tokens, n):
+              pad_id, constraint, *, max_new_tokens, n):
     model = nnx.merge(graphdef, state)
     b, p = input_ids.shape
     cache = model.init_cache(b, p + max_new_tokens)
@@ -84,11 +88,13 @@ def _generate(graphdef, state, input_ids, attention_mask, key, temperature, top_
     last = jnp.repeat(last, n, axis=0)
 
     def cond(carry):
-        t, _, _, _, done, _, _ = carry
-        return (t < max_new_tokens) & ~jnp.all(done)
+        return (carry[0] < max_new_tokens) & ~jnp.all(carry[4])
 
     def body(carry):
-        t, cache, last, tokens, done, logprobs, lengths = carry
+        t, cache, last, tokens, done, logprobs, lengths, fsm = carry
+        if constraint is not None:
+            allowed = constrained.allowed_mask(constraint, fsm, last.shape[-1], stop_ids)
+            last = jnp.where(allowed, last, -jnp.inf)
         tok, lp = sample_step(jax.random.fold_in(key, t), last, temperature, top_k, top_p)
         tok = jnp.where(done, pad_id, tok)
         lp = jnp.where(done, 0.0, lp)
@@ -96,13 +102,16 @@ def _generate(graphdef, state, input_ids, attention_mask, key, temperature, top_
         logprobs = logprobs.at[:, t].set(lp)
         lengths = lengths + (~done).astype(jnp.int32)
         done = done | jnp.isin(tok, stop_ids)
+        if constraint is not None:
+            fsm = constrained.advance(constraint, fsm, tok)
         logits, cache = model(tok[:, None], jnp.ones((rows, 1), bool), cache=cache)
-        return t + 1, cache, logits[:, -1], tokens, done, logprobs, lengths
+        return t + 1, cache, logits[:, -1], tokens, done, logprobs, lengths, fsm
 
+    fsm = jnp.zeros((rows,), jnp.int32) + (0 if constraint is None else constraint.initial)
     init = (jnp.int32(0), cache, last, jnp.full((rows, max_new_tokens), pad_id, jnp.int32),
             jnp.zeros((rows,), bool), jnp.zeros((rows, max_new_tokens), jnp.float32),
-            jnp.zeros((rows,), jnp.int32))
-    _, _, _, tokens, done, logprobs, lengths = jax.lax.while_loop(cond, body, init)
+            jnp.zeros((rows,), jnp.int32), fsm)
+    _, _, _, tokens, done, logprobs, lengths, _ = jax.lax.while_loop(cond, body, init)
     return SampleOutput(tokens=tokens, logprobs=logprobs, lengths=lengths, truncated=~done)
 
 
@@ -123,13 +132,19 @@ class Sampler:
         self._jit = jax.jit(_generate, static_argnums=(0,), static_argnames=("max_new_tokens", "n"))
 
     def generate(self, input_ids, attention_mask, max_new_tokens: int, temperature: float = 0.0,
-                 top_k: int = 0, top_p: float = 1.0, n: int = 1, seed: int = 0) -> SampleOutput:
-        """input_ids, attention_mask: [B, P] left-padded -> SampleOutput with B * n rows."""
-        state = nnx.state(self.model)
+                 top_k: int = 0, top_p: float = 1.0, n: int = 1, seed: int = 0,
+                 constraint: Constraint | None = None, params=None) -> SampleOutput:
+        """input_ids, attention_mask: [B, P] left-padded -> SampleOutput with B * n rows.
+
+        constraint: a `Constraint` (constrained.py) every row's text must follow; the stop ids
+        are allowed only where the text so far is a complete match. params: weights to sample
+        with instead of the model's own (an `nnx.State` of the same model, e.g. the trainer's)."""
+        state = nnx.state(self.model) if params is None else params
         return self._jit(self.graphdef, state, jnp.asarray(input_ids, jnp.int32),
                          jnp.asarray(attention_mask, bool), jax.random.key(seed),
                          jnp.float32(temperature), jnp.int32(top_k), jnp.float32(top_p),
-                         self.stop_ids, jnp.int32(self.pad_id), max_new_tokens=max_new_tokens, n=n)
+                         self.stop_ids, jnp.int32(self.pad_id), constraint,
+                         max_new_tokens=max_new_tokens, n=n)
 
     def compilations(self) -> int:
         """Compiled variants of the generate function so far (shared by every Sampler in the

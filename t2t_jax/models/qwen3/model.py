@@ -205,12 +205,14 @@ class Qwen3(nnx.Module):
         head = self.embed.value.T if self.lm_head is None else self.lm_head.value
         return jnp.einsum("...d,dv->...v", h, head.astype(self.dtype), preferred_element_type=jnp.float32)
 
-    def token_logprobs(self, h, targets, chunk: int = 256, temperature: float = 1.0):
+    def token_logprobs(self, h, targets, chunk: int = 256, temperature: float = 1.0,
+                       with_entropy: bool = False):
         """log p(targets) from hidden states without materialising [B, T, V] logits.
 
-        h: [B, T, D]; targets: [B, T] int -> [B, T] fp32. The sequence is cut into chunks of
-        `chunk` tokens; each chunk's logits are recomputed in the backward pass (remat), so
-        peak memory holds one [B, chunk, V] block."""
+        h: [B, T, D]; targets: [B, T] int -> [B, T] fp32 (and, with_entropy, the entropy of
+        each position's distribution [B, T]). Logits are divided by `temperature`. The sequence
+        is cut into chunks of `chunk` tokens; each chunk's logits are recomputed in the backward
+        pass (remat), so peak memory holds one [B, chunk, V] block."""
         b, t, d = h.shape
         chunk = min(chunk, t)
         pad = (-t) % chunk
@@ -221,10 +223,13 @@ class Qwen3(nnx.Module):
         def one(args):
             hc, tc = args
             logp = jax.nn.log_softmax(self.logits_from_hidden(hc) / temperature, axis=-1)
-            return jnp.take_along_axis(logp, tc[..., None], axis=-1)[..., 0]
+            picked = jnp.take_along_axis(logp, tc[..., None], axis=-1)[..., 0]
+            if not with_entropy:
+                return picked
+            return picked, -jnp.sum(jnp.exp(logp) * logp, axis=-1)
 
-        out = jax.lax.map(one, (hp, tp))  # [chunks, B, chunk]
-        return out.swapaxes(0, 1).reshape(b, -1)[:, :t]
+        out = jax.lax.map(one, (hp, tp))  # [chunks, B, chunk] (each)
+        return jax.tree.map(lambda x: x.swapaxes(0, 1).reshape(b, -1)[:, :t], out)
 
     def __call__(self, input_ids, attention_mask=None, cache: KVCache | None = None):
         """input_ids: [B, T] int; attention_mask: [B, T] (1 = token, 0 = pad).

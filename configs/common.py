@@ -1,0 +1,51 @@
+"""Defaults shared by every stage-loop config; `configs/stage.py` and `configs/qwen3_4b.py`
+start from `base()` and change what differs. Every field is overridable on the command line:
+`--config.grpo.steps=20`, `--config.engineer.kind=frontier`."""
+import json
+
+import ml_collections as mlc
+
+from t2t_jax.rl.rewards import ACCURACY_FIRST
+
+
+def base() -> mlc.ConfigDict:
+    c = mlc.ConfigDict()
+    c.seed = 0
+    c.stages = 3
+
+    c.model = mlc.ConfigDict(dict(preset="tiny", checkpoint="", tokenizer="", dtype="float32", remat="none"))
+    c.mesh = mlc.ConfigDict()  # axis sizes, e.g. {"data": 1, "fsdp": -1, "tensor": 1}; empty: one device
+    c.distributed = mlc.ConfigDict(dict(enabled=False, coordinator_address="", num_processes=-1, process_id=-1))
+
+    # The first stage's environment (EnvConfig JSON); the engineer writes the later ones.
+    c.env = mlc.ConfigDict(dict(
+        initial=json.dumps({"max_size": 10, "max_agents": 5, "buckets": [
+            {"size": [3, 5], "agents": 2, "hole_density": [0.0, 0.3], "min_distance": 1}]}),
+        horizon=64, chunk=256))
+    c.rewards = mlc.ConfigDict(dict(ACCURACY_FIRST))
+
+    c.rollout = mlc.ConfigDict(dict(max_new_tokens=256, temperature=1.0, top_k=0, top_p=1.0,
+                                    enable_thinking=False, prompt_style="full"))
+    # SFT warm start (off unless steps > 0): AdamW as in `optim`, with its own rate and warmup,
+    # cosine-decayed over the SFT steps; boards from `env` (EnvConfig JSON; empty: env.initial).
+    c.sft = mlc.ConfigDict(dict(steps=0, batch_size=16, boards=4096, env="", learning_rate=1e-4,
+                                warmup_steps=10))
+    c.grpo = mlc.ConfigDict(dict(
+        steps=50, prompts=16, group_size=8, loss_type="dapo", epsilon_low=0.2, epsilon_high=0.28,
+        beta=0.0, scale_rewards="group", num_iterations=1, old_logprobs="recompute",
+        dynamic_sampling=False, dynamic_sampling_rounds=0))
+    c.optim = mlc.ConfigDict(dict(learning_rate=1e-6, warmup_steps=10, decay_steps=1000, end_lr_fraction=0.1,
+                                  b1=0.9, b2=0.99, weight_decay=0.0, max_grad_norm=1.0))
+    c.train = mlc.ConfigDict(dict(micro_batches=1, max_bad_steps=5, temperature=1.0, logprob_chunk=256))
+
+    c.engineer = mlc.ConfigDict(dict(
+        kind="self", edit_mode="selective", evidence="raw", failure_cases=4, constrained=True,
+        max_tokens=256, temperature=0.7, top_p=0.95, agent_range=(1, 5), max_edits=4,
+        efficiency_threshold=0.6))
+    # Benchmark evaluation: per_cell boards of each (agents, size) cell at the first and last
+    # points (None: all 150), mid_per_cell at the points between; heldout boards per stage.
+    c.eval = mlc.ConfigDict(dict(per_cell=None, mid_per_cell=30, heldout=128, batch_size=64),
+                            type_safe=False)
+    c.checkpoint = mlc.ConfigDict(dict(every=10, keep=3))
+    c.logging = mlc.ConfigDict(dict(text_every=10))
+    return c

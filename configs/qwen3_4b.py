@@ -1,0 +1,35 @@
+"""The paper-scale run: Qwen3-4B from a local Hugging Face checkpoint, sharded over a mesh,
+groups of 8, thinking on, training on 2-agent boards only (the 3-5-agent benchmark then
+measures transfer), the engineer editing the other axes between stages.
+
+    python -m launch.main --config=configs/qwen3_4b.py --config.model.checkpoint=/path/to/Qwen3-4B \
+        --workdir=gs://bucket/t2t/run1
+    # multi-host (TPU pods: addresses are auto-detected)
+    python -m launch.main --config=configs/qwen3_4b.py --config.distributed.enabled=True ...
+
+No SFT (a pretrained model already answers in the format). Full benchmark sets (150 boards per
+cell) at the first and last points.
+"""
+import json
+
+from configs.common import base
+
+
+def get_config(arg: str = ""):
+    c = base()
+    c.model.update(preset="qwen3-4b", checkpoint="", dtype="bfloat16", remat="full")
+    c.mesh = {"data": 1, "fsdp": -1, "tensor": 1}
+    c.env.initial = json.dumps({"max_size": 10, "max_agents": 5, "buckets": [
+        {"size": [3, 5], "agents": 2, "hole_density": [0.0, 0.2], "min_distance": 1, "weight": 1.0},
+        {"size": [6, 8], "agents": 2, "hole_density": [0.1, 0.3], "min_distance": 2, "weight": 1.0}]})
+    c.rollout.update(max_new_tokens=8192, temperature=1.0, top_p=1.0, enable_thinking=True,
+                     prompt_style="full")
+    c.sft.steps = 0
+    c.grpo.update(steps=100, prompts=32, group_size=8, loss_type="dapo", beta=0.0)
+    c.optim.update(learning_rate=1e-6, warmup_steps=10, decay_steps=300)
+    c.train.update(micro_batches=8, logprob_chunk=512)
+    c.engineer.update(agent_range=(2, 2), max_tokens=512, failure_cases=8)
+    c.eval.update(per_cell=None, mid_per_cell=30, heldout=256, batch_size=64)
+    if arg:
+        raise ValueError(f"configs/qwen3_4b.py: unknown argument {arg!r}")
+    return c

@@ -1,0 +1,41 @@
+"""The embedded default: the tiny Qwen3 and the embedded tokenizer, no downloads, three stages
+on a 2-core CPU in minutes.
+
+    python -m launch.main --config=configs/stage.py --workdir=/tmp/t2t
+    python -m launch.main --config=configs/stage.py:smoke --workdir=/tmp/t2t_smoke   # seconds
+    python -m launch.main --config=configs/stage.py --config.engineer.kind=frontier --workdir=...
+
+The tiny model starts from random weights, so an SFT warm start on solver-optimal plans comes
+first, with the compact prompt (the board alone). Training boards range over 2-3 agents so the
+tiny model's 3-5-agent benchmark rates can move; the benchmark points use a fixed subset.
+"""
+import json
+
+from configs.common import base
+
+
+def get_config(arg: str = ""):
+    c = base()
+    c.rollout.update(max_new_tokens=64, prompt_style="offsets", temperature=1.0)
+    c.env.initial = json.dumps({"max_size": 10, "max_agents": 5, "buckets": [
+        {"size": [3, 4], "agents": [2, 3], "hole_density": [0.0, 0.3], "min_distance": 1, "weight": 2.0},
+        {"size": [5, 6], "agents": [2, 3], "hole_density": [0.0, 0.3], "min_distance": 1, "weight": 1.0}]})
+    c.sft.update(steps=150, batch_size=16, boards=4096, learning_rate=2e-3, warmup_steps=10,
+                 env=json.dumps({"max_size": 10, "max_agents": 5, "buckets": [
+                     {"size": [3, 6], "agents": [2, 3], "hole_density": [0.0, 0.4], "min_distance": 1}]}))
+    c.grpo.update(steps=8, prompts=8, group_size=4, loss_type="dapo", beta=0.0)
+    c.optim.update(learning_rate=2e-5, warmup_steps=2, decay_steps=24)
+    c.engineer.update(max_tokens=160, failure_cases=2)
+    c.eval.update(per_cell=12, mid_per_cell=4, heldout=32, batch_size=64)
+    c.checkpoint.update(every=25)
+    if arg == "smoke":  # the test suite's run: every phase, in seconds
+        c.stages = 2
+        c.sft.update(steps=2, batch_size=4, boards=64)
+        c.grpo.update(steps=2, prompts=2, group_size=2)
+        c.engineer.update(max_tokens=96, failure_cases=1)
+        c.eval.update(per_cell=1, mid_per_cell=1, heldout=8, batch_size=16)
+        c.checkpoint.update(every=1)
+        c.logging.update(text_every=1)
+    elif arg:
+        raise ValueError(f"configs/stage.py: unknown argument {arg!r} (known: smoke)")
+    return c

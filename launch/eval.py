@@ -1,0 +1,61 @@
+"""The paper's results table for a model: `python -m launch.eval --run=WORKDIR` (the latest
+checkpoint of a `launch.main` run) or `--hf=DIR` (a local Hugging Face Qwen3 checkpoint).
+
+Writes, in --out (default: the run's workdir, or ./eval_<name>): results_table.{md,csv,json}
+(3/4/5 agents, acc./opt. per map size, Sum = mean over sizes, the paper's reported rows beside
+ours, mean completion tokens per cell) and heatmap.png.
+
+    python -m launch.eval --run=runs/default --per_cell=30
+    python -m launch.eval --hf=/ckpt/Qwen3-4B --enable_thinking --max_new_tokens=8192 --out=eval_base
+"""
+import json
+import os
+
+from absl import app, flags, logging
+
+_RUN = flags.DEFINE_string("run", "", "A launch.main workdir (its config.json and latest checkpoint).")
+_HF = flags.DEFINE_string("hf", "", "A local Hugging Face Qwen3 checkpoint directory.")
+_OUT = flags.DEFINE_string("out", "", "Output directory (default: the run's workdir, or ./eval_<name>).")
+_PER_CELL = flags.DEFINE_integer("per_cell", None, "Boards per (agents, size) cell (default: all 150).")
+_MAX_NEW = flags.DEFINE_integer("max_new_tokens", None, "Token budget (default: the run's, or 4096).")
+_BATCH = flags.DEFINE_integer("batch_size", 64, "Boards per decode batch.")
+_THINKING = flags.DEFINE_bool("enable_thinking", False, "Thinking mode (for --hf).")
+_STYLE = flags.DEFINE_string("prompt_style", "full", "Prompt style for --hf (full or compact).")
+_LABEL = flags.DEFINE_string("label", "", "The row name of this model in the tables.")
+
+
+def main(argv):
+    del argv
+    if bool(_RUN.value) == bool(_HF.value):
+        raise app.UsageError("give exactly one of --run and --hf")
+    logging.set_verbosity(logging.WARNING)
+    from t2t_jax.evaluation import benchmark
+    if _RUN.value:
+        from t2t_jax.stages import StageRunner
+        runner = StageRunner.from_workdir(_RUN.value)
+        policy, params = runner.policy, runner.latest_params()
+        budget = _MAX_NEW.value or runner.config.rollout.max_new_tokens
+        out, label = _OUT.value or _RUN.value, _LABEL.value or os.path.basename(os.path.abspath(_RUN.value))
+    else:
+        from t2t_jax.models import qwen3
+        from t2t_jax.rl.rollout import Policy
+        from t2t_jax.sampling import Sampler
+        from t2t_jax.text.tokenizer import load_tokenizer, stop_ids
+        tok = load_tokenizer(_HF.value)
+        model = qwen3.from_pretrained(_HF.value)
+        policy = Policy(Sampler(model, stop_ids(tok), tok.pad_token_id), tok, enable_thinking=_THINKING.value,
+                        style=_STYLE.value)
+        params, budget = None, _MAX_NEW.value or 4096
+        name = os.path.basename(os.path.abspath(_HF.value))
+        out, label = _OUT.value or f"eval_{name}", _LABEL.value or name
+    boards = benchmark.benchmark_boards(_PER_CELL.value)
+    rollouts = benchmark.evaluate(policy, params, boards, max_new_tokens=budget, batch_size=_BATCH.value,
+                                  reward_weights={"valid": 1.0}, progress=True)
+    entry = benchmark.results_entry(label, rollouts)
+    paths = benchmark.write_tables(out, entry, label=label)
+    print(json.dumps({"valid": entry["valid"], "optimal": entry["optimal"], "boards": entry["boards"],
+                      "mean_tokens": entry["mean_tokens"], **paths}))
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,144 @@
+"""The engineer's proposal: a prompt from the failure account, decoded by the policy itself,
+constrained to the proposal schema, then checked semantically. Never trusted blindly.
+
+A proposal is JSON::
+
+    {"edits": [{"bucket": 0, "size": [3, 5], "agents": [2, 2], "hole_density": [0.1, 0.3],
+                "min_distance": 1, "weight": 1.0}, ...],
+     "reward_weights": {"valid": 1.0, "optimal": 0.5, "efficiency": 0.0, "length": 0.0}}
+
+Edit modes (`EDIT_MODES`): `selective` — an edit with `bucket` i < n replaces bucket i, `bucket`
+n (one past the last) adds a bucket, and every bucket not named is kept unchanged; `rewrite` —
+the edits are the new config. The schema (`proposal_schema`) enumerates every legal value, so
+constrained decoding always yields well-formed, in-range JSON; `apply_proposal` still checks
+everything (low <= high, feasibility of each bucket, the allowed agent range, distinct bucket
+ids, a positive valid weight) and normalises the bucket weights. An unusable proposal falls back
+to the previous config, with the reason recorded.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+
+from t2t_jax.engineer.context import account_text
+from t2t_jax.env.config import ConfigError, EnvConfig, bucket_from_json
+
+EDIT_MODES = ("selective", "rewrite")
+DENSITIES = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)
+WEIGHTS = (0.5, 1.0, 2.0, 3.0)
+REWARD_VALUES = (0.0, 0.1, 0.2, 0.5, 1.0)
+PROPOSED_REWARDS = ("valid", "optimal", "efficiency", "length")
+MAX_MIN_DISTANCE = 6
+
+SYSTEM = ("You are the environment engineer of a reinforcement-learning curriculum for multi-agent "
+          "path finding. You read how the policy did and propose the next stage's environment.")
+INSTRUCTIONS = (
+    "Propose the next stage's environment as JSON. Aim at the competence frontier: boards the "
+    "policy solves sometimes, not always and not never. Edit only the buckets that fail (name them "
+    "by their bucket number; one past the last adds a bucket) and keep the buckets that work. Move "
+    "reward weight from valid towards optimal and efficiency once plans are mostly valid.")
+
+
+class ProposalError(ValueError):
+    """A proposal that cannot become the next config; the message is the recorded reason."""
+
+
+def proposal_schema(config: EnvConfig, agent_range: tuple[int, int], max_edits: int = 4) -> dict:
+    """The JSON schema of a proposal for `config` (every value enumerated)."""
+    def ints(lo, hi):
+        return {"enum": list(range(lo, hi + 1))}
+
+    def pair(item):
+        return {"type": "array", "items": item, "minItems": 2, "maxItems": 2}
+
+    edit = {"type": "object", "properties": {
+        "bucket": ints(0, len(config.buckets)),
+        "size": pair(ints(3, config.max_size)),
+        "agents": pair(ints(*agent_range)),
+        "hole_density": pair({"enum": list(DENSITIES)}),
+        "min_distance": ints(0, MAX_MIN_DISTANCE),
+        "weight": {"enum": list(WEIGHTS)}}}
+    edit["required"] = list(edit["properties"])
+    rewards = {"type": "object", "properties": {k: {"enum": list(REWARD_VALUES)} for k in PROPOSED_REWARDS},
+               "required": list(PROPOSED_REWARDS)}
+    return {"type": "object", "properties": {
+        "edits": {"type": "array", "items": edit, "minItems": 1, "maxItems": max_edits},
+        "reward_weights": rewards}, "required": ["edits", "reward_weights"]}
+
+
+def apply_proposal(proposal: dict, config: EnvConfig, reward_weights: dict, mode: str,
+                   agent_range: tuple[int, int]) -> tuple[EnvConfig, dict]:
+    """-> (next EnvConfig with normalised weights, next reward weights); ProposalError with the
+    reason for anything unusable."""
+    if mode not in EDIT_MODES:
+        raise ValueError(f"engineer.edit_mode: {mode!r} is not one of {EDIT_MODES}")
+    if not isinstance(proposal, dict) or not isinstance(proposal.get("edits"), list) or not proposal["edits"]:
+        raise ProposalError("edits: expected a non-empty list")
+    n = len(config.buckets)
+    buckets = list(config.buckets) if mode == "selective" else []
+    seen = set()
+    for j, edit in enumerate(proposal["edits"]):
+        if not isinstance(edit, dict):
+            raise ProposalError(f"edits[{j}]: expected an object")
+        fields = dict(edit)
+        target = fields.pop("bucket", n)
+        if mode == "selective":
+            if not isinstance(target, int) or not 0 <= target <= n:
+                raise ProposalError(f"edits[{j}].bucket: {target!r} is outside the legal range [0, {n}]")
+            if target in seen and target < n:
+                raise ProposalError(f"edits[{j}].bucket: bucket {target} is edited twice")
+            seen.add(target)
+        try:
+            bucket = bucket_from_json(fields, f"edits[{j}]")
+        except ConfigError as e:
+            raise ProposalError(str(e)) from None
+        lo, hi = bucket.agents
+        if lo < agent_range[0] or hi > agent_range[1]:
+            raise ProposalError(f"edits[{j}].agents: {[lo, hi]} is outside the allowed range "
+                                f"{list(agent_range)} (engineer.agent_range)")
+        if mode == "selective" and target < n:
+            buckets[target] = bucket
+        else:
+            buckets.append(bucket)
+    total = sum(b.weight for b in buckets)
+    buckets = [dataclasses.replace(b, weight=round(b.weight / total, 4)) for b in buckets]
+    try:
+        new = EnvConfig(buckets=tuple(buckets), max_size=config.max_size, max_agents=config.max_agents)
+    except ConfigError as e:
+        raise ProposalError(str(e)) from None
+    weights = dict(reward_weights)
+    proposed = proposal.get("reward_weights", {})
+    for k in PROPOSED_REWARDS:
+        if k in proposed:
+            v = proposed[k]
+            if not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:
+                raise ProposalError(f"reward_weights.{k}: {v!r} is outside the legal range [0, 1]")
+            weights[k] = float(v)
+    if weights.get("valid", 0.0) <= 0.0:
+        raise ProposalError("reward_weights.valid: must be > 0 (the policy needs an accuracy signal)")
+    return new, weights
+
+
+def engineer_messages(account: dict, evidence: str | None = None) -> list[dict]:
+    return [{"role": "system", "content": SYSTEM},
+            {"role": "user", "content": f"{account_text(account, evidence)}\n{INSTRUCTIONS}"}]
+
+
+def summary_messages(account: dict) -> list[dict]:
+    """The prompt that asks the model to summarise its raw failure cases (the ablation)."""
+    cases = "\n".join(f"{c['board']}\nAnswer: {c['answer']}\nVerdict: {c['verdict']}"
+                      for c in account["failure_cases"])
+    return [{"role": "system", "content": SYSTEM},
+            {"role": "user", "content": f"Summarise in two sentences what went wrong in these failed plans:\n{cases}"}]
+
+
+@functools.lru_cache(maxsize=16)
+def _constraint(schema_json: str, tokenizer):
+    from t2t_jax.sampling.constrained import Constraint
+    return Constraint.from_json_schema(schema_json, tokenizer)
+
+
+def constraint_for(schema: dict, tokenizer):
+    """The compiled (and cached) token automaton of a proposal schema."""
+    return _constraint(json.dumps(schema, sort_keys=True), tokenizer)

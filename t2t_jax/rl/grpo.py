@@ -1,0 +1,125 @@
+"""GRPO: group advantages and the clipped policy loss, with loss aggregations by name.
+
+Definitions follow TRL's `GRPOTrainer` so results compare with the most used implementation:
+
+    ratio   = exp(logp - old_logp)
+    token   = -min(ratio * A, clip(ratio, 1 - eps_low, 1 + eps_high) * A) + beta * KL
+    KL (k3) = exp(ref - logp) - (ref - logp) - 1
+
+and the per-token losses are summed with per-token weights chosen by `loss_type` (`LOSSES`):
+
+    grpo     mean over sequences of each sequence's token mean
+    bnpo     sum over the active tokens of the (micro-)batch / their number
+    dr_grpo  sum / (sequences x max completion length)
+    dapo     sum / active tokens of the global batch (across micro-batches and hosts)
+
+Every aggregation is a weighted sum, so a micro-batch's share of the full-batch loss is exact
+when the weights are computed from the full batch's `Totals` (trainer.py does this); `bnpo`
+alone is defined per micro-batch, as in TRL. Shapes: B completions, T completion tokens.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import chex
+import jax
+import jax.numpy as jnp
+
+SCALES = ("group", "batch", "none")
+
+
+def group_advantages(rewards, group_size: int, scale: str = "group"):
+    """rewards [B] (B = prompts x group_size, groups contiguous) -> advantages [B].
+
+    `(r - mean_g) / (std + 1e-4)` with the Bessel-corrected std of the group (`group`), of the
+    whole batch (`batch`), or no division (`none`)."""
+    if scale not in SCALES:
+        raise ValueError(f"scale_rewards: {scale!r} is not one of {SCALES}")
+    r = jnp.asarray(rewards, jnp.float32).reshape(-1, group_size)
+    centred = r - r.mean(axis=1, keepdims=True)
+    if scale == "group":
+        centred = centred / (jnp.std(r, axis=1, ddof=1, keepdims=True) + 1e-4)
+    elif scale == "batch":
+        centred = centred / (jnp.std(r, ddof=1) + 1e-4)
+    return centred.reshape(-1)
+
+
+@chex.dataclass(frozen=True)
+class Totals:
+    """Counts of the full batch that the weights divide by (scalars): `sequences`, active
+    `tokens`, `max_length` (T), `chunks` (micro-batches the batch is cut into)."""
+
+    sequences: chex.Array
+    tokens: chex.Array
+    max_length: chex.Array
+    chunks: chex.Array
+
+
+def totals_of(mask, chunks: int = 1) -> Totals:
+    """Totals of a [B, T] completion mask (global when the mask is a global array)."""
+    mask = jnp.asarray(mask, jnp.float32)
+    return Totals(sequences=jnp.float32(mask.shape[0]), tokens=jnp.maximum(mask.sum(), 1.0),
+                  max_length=jnp.float32(mask.shape[1]), chunks=jnp.float32(chunks))
+
+
+def _grpo(mask, totals):
+    return mask / jnp.maximum(mask.sum(axis=1, keepdims=True), 1.0) / totals.sequences
+
+
+def _bnpo(mask, totals):
+    return mask / jnp.maximum(mask.sum(), 1.0) / totals.chunks
+
+
+def _dr_grpo(mask, totals):
+    return mask / (totals.sequences * totals.max_length)
+
+
+def _dapo(mask, totals):
+    return mask / totals.tokens
+
+
+# loss_type -> (mask [B, T] float, Totals) -> per-token weights [B, T].
+LOSSES: dict[str, Callable] = {"grpo": _grpo, "bnpo": _bnpo, "dr_grpo": _dr_grpo, "dapo": _dapo}
+
+
+def policy_loss(logps, old_logps, ref_logps, advantages, mask, config, *, totals: Totals | None = None,
+                entropies=None):
+    """The GRPO loss of one (micro-)batch and its metrics.
+
+    Args:
+      logps, old_logps: [B, T] log-probs of the completion tokens under the current and the
+        sampling policy; ref_logps: [B, T] under the reference (ignored, may be None, when
+        config.beta == 0); advantages: [B]; mask: [B, T] (1 on completion tokens).
+      config: any object with `loss_type`, `epsilon_low`, `epsilon_high`, `beta`.
+      totals: counts of the full batch (default: this batch's own, `totals_of(mask)`).
+      entropies: optional [B, T] exact per-token entropies; without them `entropy` is the
+        Monte-Carlo estimate -mean(logp) over active tokens.
+
+    Returns (loss, metrics): metrics are token means over active tokens: `clip_low`,
+    `clip_high` (fractions clipped below / above, as TRL counts them), `kl`, `entropy`, `ratio`.
+    """
+    if config.loss_type not in LOSSES:
+        raise ValueError(f"loss_type: {config.loss_type!r} is not one of {sorted(LOSSES)}")
+    mask = jnp.asarray(mask, jnp.float32)
+    totals = totals if totals is not None else totals_of(mask)
+    adv = jnp.asarray(advantages, jnp.float32)[:, None]
+    ratio = jnp.exp(logps - old_logps)
+    clipped = jnp.clip(ratio, 1.0 - config.epsilon_low, 1.0 + config.epsilon_high)
+    per_token = -jnp.minimum(ratio * adv, clipped * adv)
+    if config.beta != 0.0:
+        delta = ref_logps - logps
+        kl = jnp.exp(delta) - delta - 1.0
+        per_token = per_token + config.beta * kl
+    else:
+        kl = jnp.zeros_like(logps)
+    loss = jnp.sum(per_token * LOSSES[config.loss_type](mask, totals))
+    n = jnp.maximum(mask.sum(), 1.0)
+
+    def mean(x):
+        return jnp.sum(jax.lax.stop_gradient(x) * mask) / n
+
+    ent = -logps if entropies is None else entropies
+    metrics = {"clip_low": mean((ratio < 1.0 - config.epsilon_low) & (adv < 0)),
+               "clip_high": mean((ratio > 1.0 + config.epsilon_high) & (adv > 0)),
+               "kl": mean(kl), "entropy": mean(ent), "ratio": mean(ratio)}
+    return loss, metrics

@@ -1,0 +1,55 @@
+"""SFT warm start: supervised fine-tuning on solver-optimal plans, loss on answer tokens only.
+
+It exists so the small embedded model starts RL with a non-zero valid rate; for a pretrained
+Qwen3-4B it is off by default (`sft.steps = 0`). Boards come from the stage's `EnvConfig` through
+the `CertifiedGenerator`, so every target plan is a certified optimum. The answer is the plan
+text followed by `<|im_end|>`, after the same chat prompt GRPO uses.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+from tqdm import tqdm
+
+from t2t_jax.text.tokenizer import IM_END
+
+
+def sft_batch(policy, boards: Sequence[dict], answer_length: int) -> dict:
+    """Boards with a "plan" text -> a Trainer batch: prompts [B, P] as `policy` (a
+    rollout.Policy) encodes them, answers [B, answer_length] right-padded (`completion_mask` 1
+    on the answer and its end token). Answers longer than `answer_length` are cut (and lose
+    their end token)."""
+    tokenizer = policy.tokenizer
+    ids, mask = policy.encode(boards)
+    answers = np.full((len(boards), answer_length), tokenizer.pad_token_id, np.int32)
+    answer_mask = np.zeros((len(boards), answer_length), bool)
+    for i, b in enumerate(boards):
+        toks = tokenizer(b["plan"] + IM_END, add_special_tokens=False)["input_ids"][:answer_length]
+        answers[i, :len(toks)] = toks
+        answer_mask[i, :len(toks)] = True
+    return {"prompt_ids": ids, "prompt_mask": mask, "completion_ids": answers,
+            "completion_mask": answer_mask}
+
+
+def run_sft(trainer, state, policy, boards: Sequence[dict], *, steps: int, batch_size: int,
+            answer_length: int, seed: int = 0, start: int = 0, callback=None, progress: bool = True):
+    """SFT updates `start..steps-1` on batches drawn (a seeded permutation, epoch after epoch)
+    from `boards`; the draw of step s depends only on (seed, s), so a resumed run sees the same
+    batches. `callback(step, state, metrics)` runs after each update (metrics: host floats).
+    Returns the new TrainState."""
+    rng = np.random.default_rng(seed)
+    order = np.array([], np.int64)
+    for step in tqdm(range(steps), desc="sft", initial=0, disable=not progress):
+        while len(order) < batch_size:
+            order = np.concatenate([order, rng.permutation(len(boards))])
+        pick, order = order[:batch_size], order[batch_size:]
+        if step < start:
+            continue
+        batch = trainer.shard(sft_batch(policy, [boards[i] for i in pick], answer_length))
+        state, metrics = trainer.update(state, batch)
+        metrics = {k: float(v) for k, v in metrics.items()}
+        trainer.check_finite(metrics)
+        if callback is not None:
+            callback(step, state, metrics)
+    return state

@@ -1,0 +1,206 @@
+"""One jitted, sharded update: micro-batches, exact gradient accumulation, AdamW, NaN guard.
+
+    trainer = Trainer(model, config)          # config: optim / train / grpo sections
+    state = trainer.init()                    # TrainState(params, opt_state, step)
+    batch = trainer.shard(batch)              # host arrays -> global arrays on the mesh
+    state, metrics = trainer.update(state, batch)
+
+A batch is a dict of arrays with a leading batch axis B: `prompt_ids`, `prompt_mask` [B, P]
+(left-padded), `completion_ids`, `completion_mask` [B, C] (1 up to and including the stop
+token), and for GRPO `advantages` [B], `old_logps` [B, C] (or absent: on-policy, the current
+log-probs with the gradient stopped) and `ref_logps` [B, C] (when beta != 0).
+
+The batch is cut into `micro_batches` strided slices (row i goes to slice i mod M, so every
+slice spans every data shard) scanned in one compiled call; each slice's loss is weighted by the
+counts of the *full* batch (`grpo.Totals`), so the summed gradient is the full-batch gradient
+exactly. Losses come from `LOSS_FNS` by name: `grpo` (the policy loss of grpo.py) and `sft`
+(token-mean negative log-likelihood of the completion tokens). A non-finite loss or gradient
+skips the update (optax.apply_if_finite) and counts it; `check_finite` raises after
+`max_bad_steps` in a row.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from t2t_jax import sharding as shd
+from t2t_jax.rl import grpo
+
+
+class TrainingError(RuntimeError):
+    pass
+
+
+@chex.dataclass
+class TrainState:
+    params: Any
+    opt_state: Any
+    step: chex.Array
+
+
+def learning_rate_schedule(optim):
+    """Linear warmup to `learning_rate`, then cosine decay to `end_lr_fraction` of it over
+    `decay_steps`."""
+    return optax.warmup_cosine_decay_schedule(
+        init_value=0.0, peak_value=optim.learning_rate, warmup_steps=optim.warmup_steps,
+        decay_steps=max(optim.decay_steps, optim.warmup_steps + 1),
+        end_value=optim.learning_rate * optim.end_lr_fraction)
+
+
+def make_optimizer(optim, max_bad_steps: int = 5) -> optax.GradientTransformation:
+    """Global-norm clipping + AdamW (norm weights not decayed), skipping non-finite updates."""
+    def decay_mask(params):
+        return jax.tree_util.tree_map_with_path(
+            lambda path, _: not any("norm" in str(getattr(k, "key", k)) for k in path), params)
+    inner = optax.chain(optax.clip_by_global_norm(optim.max_grad_norm),
+                        optax.adamw(learning_rate_schedule(optim), b1=optim.b1, b2=optim.b2,
+                                    weight_decay=optim.weight_decay, mask=decay_mask))
+    # apply_if_finite applies anyway after max_consecutive_errors; the host stops first.
+    return optax.apply_if_finite(inner, max_consecutive_errors=max_bad_steps + 1)
+
+
+def completion_logprobs(model, batch, temperature: float, chunk: int, with_entropy: bool = False):
+    """Log-probs [B, C] of `completion_ids` after `prompt_ids` (and entropies [B, C])."""
+    ids = jnp.concatenate([batch["prompt_ids"], batch["completion_ids"]], axis=1)
+    mask = jnp.concatenate([batch["prompt_mask"], batch["completion_mask"]], axis=1)
+    p, c = batch["prompt_ids"].shape[1], batch["completion_ids"].shape[1]
+    h = model.hidden(ids, mask)[:, p - 1:p + c - 1]
+    return model.token_logprobs(h, batch["completion_ids"], chunk=chunk, temperature=temperature,
+                                with_entropy=with_entropy)
+
+
+def _grpo_loss(model, batch, totals, cfg):
+    logps, entropies = completion_logprobs(model, batch, cfg.train.temperature, cfg.train.logprob_chunk,
+                                           with_entropy=True)
+    old = batch.get("old_logps")
+    old = jax.lax.stop_gradient(logps) if old is None else old
+    return grpo.policy_loss(logps, old, batch.get("ref_logps"), batch["advantages"],
+                            batch["completion_mask"], cfg.grpo, totals=totals, entropies=entropies)
+
+
+def _sft_loss(model, batch, totals, cfg):
+    logps = completion_logprobs(model, batch, 1.0, cfg.train.logprob_chunk)
+    mask = batch["completion_mask"].astype(jnp.float32)
+    nll = -jnp.sum(logps * mask)
+    return nll / totals.tokens, {"nll": nll / jnp.maximum(mask.sum(), 1.0)}
+
+
+# name -> (model, micro-batch, Totals of the full batch, config) -> (loss share, metrics)
+LOSS_FNS = {"grpo": _grpo_loss, "sft": _sft_loss}
+
+
+def _micro(x, m):
+    """[B, ...] -> [M, B / M, ...], row i to slice i mod M."""
+    return x.reshape((x.shape[0] // m, m) + x.shape[1:]).swapaxes(0, 1)
+
+
+class Trainer:
+    """Holds the model's graph, the optimizer and the jitted update (see the module docstring).
+
+    Args:
+      model: a Qwen3 (its weights, placed on `mesh` when given, are the initial params).
+      config: ConfigDict-like with `optim` (learning_rate, warmup_steps, decay_steps,
+        end_lr_fraction, b1, b2, weight_decay, max_grad_norm), `train` (micro_batches,
+        max_bad_steps, temperature, logprob_chunk) and, for GRPO, `grpo` (loss_type,
+        epsilon_low, epsilon_high, beta).
+      loss: a name in LOSS_FNS.
+      mesh: the device mesh (None: the default device).
+      optim: optimizer settings to use instead of `config.optim` (e.g. the SFT phase's).
+    """
+
+    def __init__(self, model, config, loss: str = "grpo", mesh=None, optim=None):
+        if loss not in LOSS_FNS:
+            raise ValueError(f"loss: {loss!r} is not one of {sorted(LOSS_FNS)}")
+        self.config, self.loss, self.mesh = config, loss, mesh
+        self.graphdef, self.initial_params = nnx.split(model)
+        optim = config.optim if optim is None else optim
+        self.tx = make_optimizer(optim, config.train.max_bad_steps)
+        self.schedule = learning_rate_schedule(optim)
+        self._update = jax.jit(self._update_fn, donate_argnums=(0,))
+        self._logprobs = jax.jit(self._logprobs_fn)
+
+    def init(self, params=None) -> TrainState:
+        params = self.initial_params if params is None else params
+        opt_state = jax.jit(self.tx.init)(params)
+        return TrainState(params=params, opt_state=opt_state, step=jnp.int32(0))
+
+    def model(self, params):
+        """A Qwen3 module view of `params` (for sampling)."""
+        return nnx.merge(self.graphdef, params)
+
+    def shard(self, batch: dict) -> dict:
+        """Host arrays (this process's rows) -> global arrays, batch axis over the data axes."""
+        if self.mesh is None:
+            return {k: jnp.asarray(v) for k, v in batch.items()}
+        return {k: jax.make_array_from_process_local_data(
+            shd.batch_sharding(self.mesh, np.ndim(v)), np.asarray(v)) for k, v in batch.items()}
+
+    def logprobs(self, params, batch, temperature: float | None = None) -> jax.Array:
+        """[B, C] completion log-probs under `params`, micro-batched like the update."""
+        t = self.config.train.temperature if temperature is None else temperature
+        return self._logprobs(params, batch, jnp.float32(t))
+
+    def _logprobs_fn(self, params, batch, temperature):
+        model = nnx.merge(self.graphdef, params)
+        m = self.config.train.micro_batches
+        keys = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")
+        micro = {k: _micro(batch[k], m) for k in keys}
+        out = jax.lax.map(lambda mb: completion_logprobs(model, mb, temperature,
+                                                         self.config.train.logprob_chunk), micro)
+        return out.swapaxes(0, 1).reshape(batch["completion_ids"].shape)
+
+    def update(self, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
+        """One optimizer step on the full batch; metrics are host floats."""
+        state, metrics = self._update(state, batch)
+        return state, metrics
+
+    def _update_fn(self, state, batch):
+        cfg, m = self.config, self.config.train.micro_batches
+        b = batch["completion_ids"].shape[0]
+        if b % m:
+            raise ValueError(f"train.micro_batches: {m} does not divide the batch of {b}")
+        totals = grpo.totals_of(batch["completion_mask"], chunks=m)
+        micro = jax.tree.map(lambda x: _micro(x, m), batch)
+
+        def loss_of(params, mb):
+            model = nnx.merge(self.graphdef, params)
+            return LOSS_FNS[self.loss](model, mb, totals, cfg)
+
+        grad_fn = jax.value_and_grad(loss_of, has_aux=True)
+
+        def body(carry, mb):
+            grads, loss, metric_sums = carry
+            (l, metrics), g = grad_fn(state.params, mb)
+            tokens = jnp.sum(mb["completion_mask"])
+            metric_sums = jax.tree.map(lambda s, v: s + v * tokens, metric_sums, metrics)
+            return (jax.tree.map(jnp.add, grads, g), loss + l, metric_sums), None
+
+        zeros = jax.tree.map(jnp.zeros_like, state.params)
+        shapes = jax.eval_shape(loss_of, state.params, jax.tree.map(lambda x: x[0], micro))[1]
+        metric_zero = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+        (grads, loss, metric_sums), _ = jax.lax.scan(body, (zeros, jnp.float32(0), metric_zero), micro)
+        finite = jnp.isfinite(loss)
+        grads = jax.tree.map(lambda g: jnp.where(finite, g, jnp.nan), grads)
+        updates, opt_state = self.tx.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        metrics = jax.tree.map(lambda s: s / totals.tokens, metric_sums)
+        metrics.update(loss=loss, grad_norm=optax.global_norm(grads),
+                       learning_rate=self.schedule(state.step), tokens=totals.tokens,
+                       skipped=opt_state.notfinite_count > 0,
+                       bad_in_a_row=opt_state.notfinite_count)
+        return TrainState(params=params, opt_state=opt_state, step=state.step + 1), metrics
+
+    def check_finite(self, metrics: dict) -> None:
+        """Raise TrainingError after `max_bad_steps` non-finite updates in a row."""
+        bad = int(metrics["bad_in_a_row"])
+        if bad >= self.config.train.max_bad_steps:
+            raise TrainingError(
+                f"{bad} updates in a row had a non-finite loss or gradient (train.max_bad_steps = "
+                f"{self.config.train.max_bad_steps}); last loss {float(metrics['loss'])}, grad norm "
+                f"{float(metrics['grad_norm'])}. Lower optim.learning_rate or check the rewards.")

@@ -1,0 +1,342 @@
+"""The stage loop: the system the paper describes, end to end.
+
+    warm start (optional SFT) -> evaluate ("warm_start")
+    for each stage s:
+        the stage's EnvConfig -> certified training boards -> GRPO for `grpo.steps` updates
+        -> held-out boards of the stage's config -> the failure account
+        -> benchmark evaluation ("stage_s") -> the engineer's proposal -> the next config
+
+Everything a resumed run needs is checkpointed (Orbax): the train state, the reference params,
+and a JSON record with the cursor (phase, stage, step), the config and reward-weight history,
+the accounts, the engineer records and the results. Randomness is a function of
+(seed, stage, step) only, so a run killed at any point and resumed ends with the same
+parameters as one that was never interrupted. SIGTERM (preemption) saves and exits cleanly.
+
+Writes under `workdir`: checkpoints/, tb/ (TensorBoard), proposals.jsonl, results.json, and at
+the end results_table.{md,csv,json} and heatmap.png.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from t2t_jax import sharding as shd
+from t2t_jax.checkpoint import Checkpointer
+from t2t_jax.engineer.context import build_account
+from t2t_jax.engineer.engineer import Engineer
+from t2t_jax.env import io
+from t2t_jax.env.certified import CertifiedGenerator
+from t2t_jax.env.config import EnvConfig
+from t2t_jax.evaluation import benchmark
+from t2t_jax.logging import SummaryWriter
+from t2t_jax.models import qwen3
+from t2t_jax.rl import grpo, sft
+from t2t_jax.rl.rewards import TERMS
+from t2t_jax.rl.rollout import Policy, concat
+from t2t_jax.rl.trainer import Trainer
+from t2t_jax.sampling import Sampler
+from t2t_jax.text.tokenizer import load_tokenizer, stop_ids
+
+
+class Preempted(SystemExit):
+    """Raised after the SIGTERM checkpoint is written (exit status 0)."""
+
+
+def setup_distributed(config) -> None:
+    """`jax.distributed.initialize` when `distributed.enabled` (coordinator, processes and
+    process id from the config, or auto-detected on TPU pods / SLURM when left empty)."""
+    if not config.enabled:
+        return
+    kwargs = {k: v for k, v in (("coordinator_address", config.coordinator_address),
+                                ("num_processes", config.num_processes),
+                                ("process_id", config.process_id)) if v not in (None, "", -1)}
+    jax.distributed.initialize(**kwargs)
+
+
+def build_model(config, mesh):
+    """The policy: a local HF checkpoint, or a preset with fresh weights."""
+    dtype = jnp.dtype(config.model.dtype)
+    if config.model.checkpoint:
+        return qwen3.from_pretrained(config.model.checkpoint, dtype=dtype, mesh=mesh, remat=config.model.remat)
+    model = qwen3.Qwen3(qwen3.PRESETS[config.model.preset], dtype=dtype, param_dtype=dtype,
+                        remat=config.model.remat, rngs=nnx.Rngs(config.seed))
+    return shd.shard_model(model, mesh) if mesh is not None else model
+
+
+class StageRunner:
+    """Holds the pieces of one run; `run()` executes (or resumes) it. See the module docstring."""
+
+    def __init__(self, config, workdir: str, progress: bool = True):
+        self.config, self.workdir, self.progress = config, os.path.abspath(workdir), progress
+        c = config
+        setup_distributed(c.distributed)
+        self.mesh = shd.make_mesh(dict(c.mesh)) if c.mesh else None
+        self.tokenizer = load_tokenizer(c.model.tokenizer or c.model.checkpoint or None)
+        self.model = build_model(c, self.mesh)
+        sampler = Sampler(self.model, stop_ids(self.tokenizer), self.tokenizer.pad_token_id)
+        self.first = first = EnvConfig.from_json(c.env.initial)
+        self.policy = Policy(sampler, self.tokenizer, first.max_size, first.max_agents, c.env.horizon,
+                             c.rollout.enable_thinking, c.rollout.prompt_style)
+        sft_optim = c.optim.copy_and_resolve_references()
+        sft_optim.update(learning_rate=c.sft.learning_rate, warmup_steps=c.sft.warmup_steps,
+                         decay_steps=max(c.sft.steps, 1))
+        self.sft_trainer = Trainer(self.model, c, loss="sft", mesh=self.mesh, optim=sft_optim)
+        self.trainer = Trainer(self.model, c, loss="grpo", mesh=self.mesh)
+        self.engineer = Engineer(c.engineer, self.policy, base_params=self.trainer.initial_params, seed=c.seed)
+        os.makedirs(self.workdir, exist_ok=True)
+        if jax.process_index() == 0:
+            benchmark._atomic_write(os.path.join(self.workdir, "config.json"), config.to_json(indent=1))
+        self.ckpt = Checkpointer(os.path.join(self.workdir, "checkpoints"), keep=c.checkpoint.keep)
+        self.writer = SummaryWriter(os.path.join(self.workdir, "tb"))
+        self._term = False
+
+    @classmethod
+    def from_workdir(cls, workdir: str, progress: bool = False) -> "StageRunner":
+        """The runner of an existing run, from the config.json it wrote."""
+        import ml_collections as mlc
+        path = os.path.join(workdir, "config.json")
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{path} does not exist: not a launch.main workdir")
+        with open(path) as f:
+            return cls(mlc.ConfigDict(json.load(f)), workdir, progress)
+
+    def latest_params(self):
+        """The policy params of the latest checkpoint."""
+        latest = self.ckpt.latest()
+        if latest is None:
+            raise FileNotFoundError(f"no checkpoint under {self.ckpt.directory}")
+        like = {"state": self.trainer.init(), "ref": self.trainer.initial_params if self.config.grpo.beta else {}}
+        return self.ckpt.restore(latest, like)[0]["state"].params
+
+    # ---- bookkeeping -------------------------------------------------------------------------
+    def _save(self, state, ref, meta):
+        meta["counter"] += 1
+        self.ckpt.save(meta["counter"], {"state": state, "ref": ref}, meta)
+
+    def _maybe_preempted(self, state, ref, meta):
+        if self._term:
+            self._save(state, ref, meta)
+            self.writer.close()
+            raise Preempted(0)
+
+    def _write_records(self, meta):
+        if jax.process_index() == 0:
+            io.write_jsonl(os.path.join(self.workdir, "proposals.jsonl"), meta["records"])
+            benchmark._atomic_write(os.path.join(self.workdir, "results.json"), json.dumps(meta["results"], indent=1))
+
+    def _boards(self, env_config: EnvConfig, key, num: int) -> list[dict]:
+        gen = CertifiedGenerator(env_config, horizon=self.config.env.horizon, chunk=self.config.env.chunk)
+        return io.boards_with_plans_to_json(*gen(key, num))
+
+    def _key(self, *parts):
+        key = jax.random.key(self.config.seed)
+        for p in parts:
+            key = jax.random.fold_in(key, p)
+        return key
+
+    def _evaluate(self, params, boards, desc):
+        c = self.config
+        return benchmark.evaluate(self.policy, params, boards, max_new_tokens=c.rollout.max_new_tokens,
+                                  batch_size=c.eval.batch_size, reward_weights=c.rewards.to_dict(),
+                                  progress=self.progress, desc=desc)
+
+    def _record_point(self, meta, point, params, boards, step):
+        entry = benchmark.results_entry(point, self._evaluate(params, boards, f"eval {point}"))
+        meta["results"].append(entry)
+        self.writer.scalars(step, {"benchmark/valid": entry["valid"], "benchmark/optimal": entry["optimal"],
+                                   "benchmark/mean_tokens": entry["mean_tokens"]})
+        self._write_records(meta)
+        return entry
+
+    # ---- phases -----------------------------------------------------------------------------
+    def run(self, resume: bool = False) -> list[dict]:
+        c = self.config
+        previous = signal.signal(signal.SIGTERM, lambda *_: setattr(self, "_term", True))
+        try:
+            return self._run(resume)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+    def _run(self, resume):
+        c = self.config
+        latest = self.ckpt.latest() if resume else None
+        if not resume and self.ckpt.latest() is not None:
+            raise FileExistsError(f"{self.workdir} already holds checkpoints: pass --resume to continue "
+                                  "it, or choose another --workdir")
+        state = self.sft_trainer.init() if c.sft.steps else self.trainer.init()
+        ref = {}
+        meta = {"phase": "sft" if c.sft.steps else "warm", "stage": 0, "step": 0, "counter": 0,
+                "history": [self.first.to_json()], "weights": [c.rewards.to_dict()],
+                "records": [], "results": [], "accounts": []}
+        if latest is not None:
+            like_ref = self.trainer.initial_params if c.grpo.beta else {}
+            (restored, meta) = self.ckpt.restore(latest, {"state": state, "ref": like_ref})
+            state, ref = restored["state"], restored["ref"]
+            print(f"resumed from checkpoint {latest}: phase {meta['phase']}, stage {meta['stage']}, "
+                  f"step {meta['step']}")
+        first_boards = benchmark.benchmark_boards(c.eval.per_cell)
+        mid_boards = benchmark.benchmark_boards(c.eval.mid_per_cell)
+        if meta["phase"] == "sft":
+            state = self._sft(state, meta)
+            meta.update(phase="warm", step=0)
+        if meta["phase"] == "warm":
+            self._record_point(meta, "warm_start" if c.sft.steps else "initial", state.params, first_boards, 0)
+            state = self.trainer.init(state.params) if c.sft.steps else state
+            ref = jax.tree.map(lambda x: x.copy(), state.params) if c.grpo.beta else {}
+            meta.update(phase="grpo", stage=0, step=0)
+            self._save(state, ref, meta)
+        while meta["stage"] < c.stages:
+            state = self._stage(state, ref, meta, first_boards, mid_boards)
+        entry = meta["results"][-1]
+        if jax.process_index() == 0:
+            benchmark.write_tables(self.workdir, entry)
+        self.writer.close()
+        return meta["results"]
+
+    def _sft(self, state, meta):
+        c = self.config
+        boards = self._boards(EnvConfig.from_json(c.sft.env) if c.sft.env else self.first,
+                              self._key(7), c.sft.boards)
+
+        def callback(step, st, metrics):
+            self.writer.scalars(step, {f"sft/{k}": v for k, v in metrics.items() if k in ("nll", "grad_norm", "learning_rate")})
+            meta["step"] = step + 1
+            if (step + 1) % c.checkpoint.every == 0 and step + 1 < c.sft.steps:
+                self._save(st, {}, meta)
+            self._maybe_preempted(st, {}, meta)
+
+        return sft.run_sft(self.sft_trainer, state, self.policy, boards, steps=c.sft.steps,
+                           batch_size=c.sft.batch_size, answer_length=c.rollout.max_new_tokens,
+                           seed=c.seed, start=meta["step"], callback=callback, progress=self.progress)
+
+    def _stage(self, state, ref, meta, first_boards, mid_boards):
+        from tqdm import tqdm
+        c, s = self.config, meta["stage"]
+        env_config = EnvConfig.from_json(meta["history"][-1])
+        weights = meta["weights"][-1]
+        need = c.grpo.steps * c.grpo.prompts * (1 + c.grpo.dynamic_sampling_rounds)
+        pool = self._boards(env_config, self._key(100, s), need)
+        started = time.time()
+        for step in tqdm(range(meta["step"], c.grpo.steps), desc=f"stage {s}", disable=not self.progress,
+                         initial=meta["step"], total=c.grpo.steps):
+            global_step = s * c.grpo.steps + step
+            state, ro, metrics = self._grpo_step(state, ref, pool, step, weights, global_step)
+            self._log_step(global_step, ro, metrics, env_config)
+            meta["step"] = step + 1
+            if (step + 1) % c.checkpoint.every == 0 and step + 1 < c.grpo.steps:
+                self._save(state, ref, meta)
+            self._maybe_preempted(state, ref, meta)
+        global_step = (s + 1) * c.grpo.steps
+        heldout = self._boards(env_config, self._key(200, s), c.eval.heldout)
+        ro = self._evaluate(state.params, heldout, f"held-out {s}")
+        previous = meta["accounts"][-1] if meta["accounts"] else None
+        history = [{"stage": a["stage"], "config": a["config"], "valid": a["overall"]["valid"]}
+                   for a in meta["accounts"]]
+        account = build_account(s, env_config, weights, ro, cases=c.engineer.failure_cases,
+                                previous=previous, history=history)
+        meta["accounts"].append(account)
+        self._log_failures(global_step, ro)
+        last = s == c.stages - 1
+        entry = self._record_point(meta, f"stage_{s}", state.params, first_boards if last else mid_boards, global_step)
+        record = None
+        if not last:
+            record = self.engineer.propose(state.params, account, env_config, self.first, weights)
+            meta["records"].append(record)
+            meta["history"].append(record["config"])
+            meta["weights"].append(record["reward_weights"])
+            self.writer.text(global_step, "engineer/proposal", json.dumps(
+                {k: record[k] for k in ("text", "accepted", "reason", "config", "reward_weights")}, indent=1))
+            self._write_records(meta)
+        self._summary(s, env_config, account, entry, record, time.time() - started)
+        meta.update(stage=s + 1, step=0)
+        self._save(state, ref, meta)
+        return state
+
+    def _grpo_step(self, state, ref, pool, step, weights, global_step):
+        c, g = self.config, self.config.grpo
+        p = g.prompts
+        parts, kept = [], 0
+        for round_ in range(1 + g.dynamic_sampling_rounds):
+            start = (step * (1 + g.dynamic_sampling_rounds) + round_) * p
+            ro = self.policy.rollout(state.params, pool[start:start + p], n=g.group_size,
+                                     max_new_tokens=c.rollout.max_new_tokens, reward_weights=weights,
+                                     temperature=c.rollout.temperature, top_k=c.rollout.top_k,
+                                     top_p=c.rollout.top_p, seed=c.seed * 1_000_003 + global_step * 17 + round_)
+            if not g.dynamic_sampling:
+                parts.append(ro)
+                break
+            r = ro.rewards.reshape(p, g.group_size)
+            informative = np.flatnonzero(r.std(axis=1) > 0)
+            rows = [i * g.group_size + j for i in informative[:p - kept] for j in range(g.group_size)]
+            if rows:
+                parts.append(ro.select(rows))
+                kept += len(rows) // g.group_size
+            if kept >= p:
+                break
+        if g.dynamic_sampling and kept < p:  # not enough informative groups: fill with the last round's
+            fill = [i * g.group_size + j for i in range(p - kept) for j in range(g.group_size)]
+            parts.append(ro.select(fill))
+        ro = concat(parts)
+        adv = np.asarray(grpo.group_advantages(ro.rewards, g.group_size, g.scale_rewards))
+        batch = ro.batch() | {"advantages": adv}
+        if g.old_logprobs == "sampler":
+            batch["old_logps"] = ro.logprobs
+        batch = self.trainer.shard(batch)
+        if g.old_logprobs == "recompute" and g.num_iterations > 1:
+            batch["old_logps"] = self.trainer.logprobs(state.params, batch)
+        if g.beta:
+            batch["ref_logps"] = self.trainer.logprobs(ref, batch)
+        t0 = time.time()
+        for _ in range(g.num_iterations):
+            state, metrics = self.trainer.update(state, batch)
+        metrics = {k: float(v) for k, v in metrics.items()}
+        metrics["tokens_per_s"] = float(ro.completion_mask.sum() + ro.prompt_mask.sum()) * g.num_iterations / (time.time() - t0)
+        self.trainer.check_finite(metrics)
+        return state, ro, metrics
+
+    # ---- logs -------------------------------------------------------------------------------
+    def _log_step(self, step, ro, metrics, env_config):
+        values = {f"train/{k}": v for k, v in metrics.items() if k != "bad_in_a_row"}
+        values.update({f"reward/{t}": float(np.mean(ro.terms[t])) for t in TERMS})
+        values["reward/total"] = float(np.mean(ro.rewards))
+        values["completion/mean_tokens"] = float(np.mean(ro.lengths))
+        values["completion/truncated"] = float(np.mean(ro.truncated))
+        buckets = np.array([b.get("bucket", 0) for b in ro.boards])
+        for i in range(len(env_config.buckets)):
+            rows = buckets == i
+            if rows.any():
+                values[f"bucket_{i}/valid"] = float(ro.verdicts.valid[rows].mean())
+                values[f"bucket_{i}/optimal"] = float(ro.verdicts.optimal[rows].mean())
+        self.writer.scalars(step, values)
+        if step % self.config.logging.text_every == 0:
+            self.writer.text(step, "samples", "\n\n".join(
+                f"{io.board_text(b)}\n--> {t}" for b, t in zip(ro.boards[:2], ro.texts[:2])))
+
+    def _log_failures(self, step, ro):
+        from t2t_jax.render.board import boards_grid
+        bad = np.flatnonzero(~np.asarray(ro.verdicts.valid))[:8]
+        if len(bad):
+            self.writer.image(step, "failures", boards_grid([ro.boards[i] for i in bad]))
+        self.writer.flush()
+
+    def _summary(self, s, env_config, account, entry, record, seconds):
+        if jax.process_index() != 0:
+            return
+        lines = [f"=== stage {s} ({seconds:.0f} s) " + "=" * 40,
+                 f"config: {json.dumps(env_config.to_json()['buckets'])}"]
+        for b in account["buckets"]:
+            lines.append(f"  held-out bucket {b['bucket']}: {b['boards']} boards, valid {b['valid']:.2f} "
+                         f"{b['valid_ci']}, optimal {b['optimal']:.2f}, mean tokens {b['mean_tokens']:.0f}")
+        lines.append(f"benchmark ({entry['boards']} boards): valid {entry['valid']:.3f}, optimal "
+                     f"{entry['optimal']:.3f}, mean tokens {entry['mean_tokens']:.0f}")
+        if record is not None:
+            lines.append(f"engineer ({record['kind']}): {record['reason']}")
+            lines.append(f"next config: {json.dumps(record['config']['buckets'])}")
+        print("\n".join(lines), flush=True)

@@ -1,0 +1,120 @@
+"""The whole loop with the shrunken embedded default (`configs/stage.py:smoke`): stages run,
+proposals are recorded, the tables are written, and a run killed mid-stage (SIGKILL) or
+preempted (SIGTERM) resumes to the same parameters as an uninterrupted run."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = {**os.environ, "JAX_PLATFORMS": "cpu"}
+
+
+def launch(workdir, *extra, wait=True):
+    cmd = [sys.executable, "-m", "launch.main", "--config=configs/stage.py:smoke", f"--workdir={workdir}",
+           "--noprogress", *extra]
+    if not wait:
+        return subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-5000:]
+    return out.stdout
+
+
+def final_params(workdir):
+    from t2t_jax.stages import StageRunner
+    return jax.tree.map(np.asarray, StageRunner.from_workdir(str(workdir)).latest_params())
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("run")
+    return workdir, launch(workdir)
+
+
+def test_full_run_writes_everything(run):
+    workdir, stdout = run
+    results = json.load(open(workdir / "results.json"))
+    assert [r["point"] for r in results] == ["warm_start", "stage_0", "stage_1"]
+    for r in results:
+        assert 0 <= r["valid"] <= 1 and 0 <= r["optimal"] <= r["valid"] + 1e-9
+        assert {(c["agents"], c["size"]) for c in r["cells"]} == (
+            {(3, n) for n in range(3, 11)} | {(4, n) for n in range(4, 11)} | {(5, n) for n in range(5, 11)})
+    assert results[0]["boards"] == results[-1]["boards"]  # first and last: the same boards
+    records = [json.loads(line) for line in open(workdir / "proposals.jsonl")]
+    assert len(records) == 1 and records[0]["kind"] == "self" and records[0]["prompt"]
+    assert {"text", "parsed", "accepted", "reason", "config", "reward_weights"} <= set(records[0])
+    table = open(workdir / "results_table.md").read()
+    assert "Qwen3-4B + GRPO + Ours" in table and "| ours |" in table and "Sum acc." in table
+    assert (workdir / "heatmap.png").stat().st_size > 0 and (workdir / "results_table.csv").exists()
+    assert "=== stage 0" in stdout and "engineer (self)" in stdout
+    acc = EventAccumulator(str(workdir / "tb"))
+    acc.Reload()
+    tags = acc.Tags()
+    for tag in ("reward/valid", "reward/format", "train/kl", "train/clip_low", "train/entropy", "train/grad_norm",
+                "train/learning_rate", "train/tokens_per_s", "completion/mean_tokens", "bucket_0/valid",
+                "benchmark/valid", "sft/nll"):
+        assert tag in tags["scalars"], tag
+    assert "samples" in tags["tensors"] and "engineer/proposal" in tags["tensors"]
+    assert "failures" in tags["images"]
+
+
+def test_existing_workdir_needs_resume(run):
+    workdir, _ = run
+    out = subprocess.run([sys.executable, "-m", "launch.main", "--config=configs/stage.py:smoke",
+                          f"--workdir={workdir}", "--noprogress"], cwd=ROOT, env=ENV, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode != 0 and "pass --resume" in out.stderr
+
+
+def _kill_after_checkpoint(workdir, sig, checkpoint):
+    proc = launch(workdir, wait=False)
+    target = workdir / "checkpoints" / str(checkpoint)
+    deadline = time.time() + 600
+    while not target.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.stdout.read()[-3000:]
+    proc.send_signal(sig)
+    return proc.wait(timeout=300), proc.stdout.read()
+
+
+def test_sigkill_mid_stage_then_resume_equals_uninterrupted(run, tmp_path):
+    workdir, _ = run
+    # checkpoints of the smoke run: 1 sft step 1, 2 warm start, 3 stage 0 step 1 (then step 2
+    # runs), 4 end of stage 0, 5 stage 1 step 1, 6 end of stage 1: killed inside stage 0
+    code, _ = _kill_after_checkpoint(tmp_path, signal.SIGKILL, 3)
+    assert code == -signal.SIGKILL
+    stdout = launch(tmp_path, "--resume")
+    assert "resumed from checkpoint" in stdout
+    ours, reference = final_params(tmp_path), final_params(workdir)
+    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(reference)):
+        np.testing.assert_array_equal(a, b)
+    assert json.load(open(tmp_path / "results.json")) == json.load(open(workdir / "results.json"))
+
+
+def test_eval_cli_on_the_run(run, tmp_path):
+    workdir, _ = run
+    out = subprocess.run([sys.executable, "-m", "launch.eval", f"--run={workdir}", "--per_cell=1",
+                          f"--out={tmp_path}", "--batch_size=32"], cwd=ROOT, env=ENV, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["boards"] == 21 and os.path.exists(summary["md"])
+    final = json.load(open(workdir / "results.json"))[-1]
+    assert abs(summary["valid"] - final["valid"]) < 1e-9  # the same boards, the same greedy policy
+
+
+@pytest.mark.slow
+def test_sigterm_checkpoints_and_exits_cleanly(run, tmp_path):
+    workdir, _ = run
+    code, out = _kill_after_checkpoint(tmp_path, signal.SIGTERM, 5)
+    assert code == 0, out[-3000:]
+    launch(tmp_path, "--resume")
+    for a, b in zip(jax.tree.leaves(final_params(tmp_path)), jax.tree.leaves(final_params(workdir))):
+        np.testing.assert_array_equal(a, b)

@@ -1,0 +1,92 @@
+"""Train-step equivalence checks run in subprocesses (fake CPU devices must be set before JAX
+starts). Modes:
+
+  sharded OUT                   8 fake devices: the sharded update == the single-device update
+  multihost PORT PID NPROC OUT  one of NPROC processes (2 fake devices each) of a
+                                jax.distributed run over localhost; process 0 writes the params
+"""
+import os
+import sys
+
+MODE = sys.argv[1]
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=" + ("8" if MODE == "sharded" else "2")
+
+import jax  # noqa: E402
+
+if MODE == "multihost":
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(f"127.0.0.1:{sys.argv[2]}", num_processes=int(sys.argv[4]),
+                               process_id=int(sys.argv[3]))
+
+import ml_collections as mlc  # noqa: E402
+import numpy as np  # noqa: E402
+from flax import nnx  # noqa: E402
+
+from t2t_jax import sharding  # noqa: E402
+from t2t_jax.models import qwen3  # noqa: E402
+from t2t_jax.rl.trainer import Trainer  # noqa: E402
+
+CONFIG = qwen3.Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, head_dim=8)
+TRAIN = mlc.ConfigDict(dict(
+    optim=dict(learning_rate=1e-2, warmup_steps=1, decay_steps=10, end_lr_fraction=0.1, b1=0.9, b2=0.99,
+               weight_decay=0.01, max_grad_norm=1.0),
+    train=dict(micro_batches=2, max_bad_steps=3, temperature=1.0, logprob_chunk=4),
+    grpo=dict(loss_type="dapo", epsilon_low=0.2, epsilon_high=0.28, beta=0.0)))
+
+
+def batch(rows=8):
+    rng = np.random.default_rng(0)
+    mask = np.ones((rows, 6), bool)
+    mask[1, :3] = False
+    comp = np.arange(5)[None] < rng.integers(1, 6, rows)[:, None]
+    return {"prompt_ids": rng.integers(0, 64, (rows, 6)).astype(np.int32), "prompt_mask": mask,
+            "completion_ids": rng.integers(0, 64, (rows, 5)).astype(np.int32), "completion_mask": comp,
+            "advantages": rng.normal(size=rows).astype(np.float32),
+            "old_logps": -rng.uniform(2, 6, (rows, 5)).astype(np.float32)}
+
+
+def train(mesh, rows_of_this_process, steps=3):
+    model = qwen3.Qwen3(CONFIG, rngs=nnx.Rngs(0))
+    if mesh is not None:
+        sharding.shard_model(model, mesh)
+    trainer = Trainer(model, TRAIN, loss="grpo", mesh=mesh)
+    state = trainer.init()
+    data = trainer.shard({k: v[rows_of_this_process] for k, v in batch().items()})
+    for _ in range(steps):
+        state, metrics = trainer.update(state, data)
+    return state, float(metrics["loss"])
+
+
+def flat(params):
+    return {jax.tree_util.keystr(k): np.asarray(jax.device_get(v)) for k, v in
+            jax.tree_util.tree_leaves_with_path(params)}
+
+
+def main():
+    if MODE == "sharded":
+        assert len(jax.devices()) == 8
+        single, loss = train(None, slice(None))
+        ref = flat(single.params)
+        for axes in ({"fsdp": 4, "tensor": 2}, {"data": 2, "fsdp": 4}, {"fsdp": -1}, {"tensor": 2, "data": 4}):
+            state, l2 = train(sharding.make_mesh(axes), slice(None))
+            got = flat(jax.tree.map(lambda x: jax.device_put(x, jax.devices()[0]), state.params))
+            for k in ref:
+                np.testing.assert_allclose(got[k], ref[k], atol=2e-5, err_msg=f"{axes} {k}")
+            assert abs(l2 - loss) < 1e-5, (axes, l2, loss)
+            print("ok", axes, flush=True)
+        np.savez(sys.argv[2], **ref)
+        return
+    pid, nproc, out = int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+    mesh = sharding.make_mesh({"fsdp": -1})
+    rows = 8 // nproc
+    state, loss = train(mesh, slice(pid * rows, (pid + 1) * rows))
+    gathered = jax.jit(lambda p: p, out_shardings=jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))(state.params)
+    if pid == 0:
+        np.savez(out, **{k: np.asarray(v.addressable_data(0)) for k, v in
+                         ((jax.tree_util.keystr(k), v) for k, v in jax.tree_util.tree_leaves_with_path(gathered))})
+        print("ok multihost", len(jax.devices()), "devices, loss", loss, flush=True)
+
+
+if __name__ == "__main__":
+    main()
