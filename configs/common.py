@@ -27,9 +27,11 @@ def base() -> mlc.ConfigDict:
     c.rollout = mlc.ConfigDict(dict(max_new_tokens=256, temperature=1.0, top_k=0, top_p=1.0,
                                     enable_thinking=False, prompt_style="full"))
     # SFT warm start (off unless steps > 0): AdamW as in `optim`, with its own rate and warmup,
-    # cosine-decayed over the SFT steps; boards from `env` (EnvConfig JSON; empty: env.initial).
+    # cosine-decayed over the SFT steps; boards from `env` (EnvConfig JSON; empty: env.initial);
+    # targets "witness" (the solver's plan) or "canonical" (the straight plan where it is valid,
+    # see rl/sft.py); answers cut at answer_length tokens.
     c.sft = mlc.ConfigDict(dict(steps=0, batch_size=16, boards=4096, env="", learning_rate=1e-4,
-                                warmup_steps=10))
+                                warmup_steps=10, targets="witness", answer_length=256))
     c.grpo = mlc.ConfigDict(dict(
         steps=50, prompts=16, group_size=8, loss_type="dapo", epsilon_low=0.2, epsilon_high=0.28,
         beta=0.0, scale_rewards="group", num_iterations=1, old_logprobs="recompute",
@@ -38,9 +40,11 @@ def base() -> mlc.ConfigDict:
                                   b1=0.9, b2=0.99, weight_decay=0.0, max_grad_norm=1.0))
     c.train = mlc.ConfigDict(dict(micro_batches=1, max_bad_steps=5, temperature=1.0, logprob_chunk=256))
 
+    # The proposal schema bounds a proposal's length (about 130 characters per edit), so with
+    # constrained decoding max_tokens = 640 never truncates up to max_edits = 4.
     c.engineer = mlc.ConfigDict(dict(
         kind="self", edit_mode="selective", evidence="raw", failure_cases=4, constrained=True,
-        max_tokens=256, temperature=0.7, top_p=0.95, agent_range=(1, 5), max_edits=4,
+        max_tokens=640, temperature=0.7, top_p=0.95, agent_range=(1, 5), max_edits=4,
         efficiency_threshold=0.6))
     # Benchmark evaluation: per_cell boards of each (agents, size) cell at the first and last
     # points (None: all 150), mid_per_cell at the points between; heldout boards per stage.

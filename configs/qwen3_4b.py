@@ -28,7 +28,7 @@ def get_config(arg: str = ""):
     c.grpo.update(steps=100, prompts=32, group_size=8, loss_type="dapo", beta=0.0)
     c.optim.update(learning_rate=1e-6, warmup_steps=10, decay_steps=300)
     c.train.update(micro_batches=8, logprob_chunk=512)
-    c.engineer.update(agent_range=(2, 2), max_tokens=512, failure_cases=8)
+    c.engineer.update(agent_range=(2, 2), failure_cases=8)
     c.eval.update(per_cell=None, mid_per_cell=30, heldout=256, batch_size=64)
     if arg:
         raise ValueError(f"configs/qwen3_4b.py: unknown argument {arg!r}")

@@ -5,9 +5,11 @@ on a 2-core CPU in minutes.
     python -m launch.main --config=configs/stage.py:smoke --workdir=/tmp/t2t_smoke   # seconds
     python -m launch.main --config=configs/stage.py --config.engineer.kind=frontier --workdir=...
 
-The tiny model starts from random weights, so an SFT warm start on solver-optimal plans comes
-first, with the compact prompt (the board alone). Training boards range over 2-3 agents so the
-tiny model's 3-5-agent benchmark rates can move; the benchmark points use a fixed subset.
+The tiny model starts from random weights, so an SFT warm start on certified optimal plans
+(canonical straight plans where valid, see t2t_jax/rl/sft.py) comes first, with the `offsets`
+prompt (the board and each agent's displacement). GRPO boards widen to 3-4 agents on up to 8x8
+so the tiny model's 3-5-agent benchmark rates can move; the benchmark points use a fixed subset
+(30 boards per cell at the first and last point, 6 between).
 """
 import json
 
@@ -18,21 +20,22 @@ def get_config(arg: str = ""):
     c = base()
     c.rollout.update(max_new_tokens=64, prompt_style="offsets", temperature=1.0)
     c.env.initial = json.dumps({"max_size": 10, "max_agents": 5, "buckets": [
-        {"size": [3, 4], "agents": [2, 3], "hole_density": [0.0, 0.3], "min_distance": 1, "weight": 2.0},
-        {"size": [5, 6], "agents": [2, 3], "hole_density": [0.0, 0.3], "min_distance": 1, "weight": 1.0}]})
-    c.sft.update(steps=150, batch_size=16, boards=4096, learning_rate=2e-3, warmup_steps=10,
+        {"size": [3, 5], "agents": [2, 3], "hole_density": [0.0, 0.3], "min_distance": 1, "weight": 1.0},
+        {"size": [4, 8], "agents": [3, 4], "hole_density": [0.0, 0.3], "min_distance": 1, "weight": 1.0}]})
+    c.sft.update(steps=600, batch_size=16, boards=4096, learning_rate=3e-3, warmup_steps=10,
+                 targets="canonical", answer_length=48,
                  env=json.dumps({"max_size": 10, "max_agents": 5, "buckets": [
                      {"size": [3, 6], "agents": [2, 3], "hole_density": [0.0, 0.4], "min_distance": 1}]}))
-    c.grpo.update(steps=8, prompts=8, group_size=4, loss_type="dapo", beta=0.0)
-    c.optim.update(learning_rate=2e-5, warmup_steps=2, decay_steps=24)
-    c.engineer.update(max_tokens=160, failure_cases=2)
-    c.eval.update(per_cell=12, mid_per_cell=4, heldout=32, batch_size=64)
-    c.checkpoint.update(every=25)
+    c.grpo.update(steps=24, prompts=8, group_size=8, loss_type="dapo", beta=0.0)
+    c.optim.update(learning_rate=5e-5, warmup_steps=4, decay_steps=72)
+    c.engineer.update(failure_cases=2)
+    c.eval.update(per_cell=30, mid_per_cell=6, heldout=32, batch_size=64)
+    c.checkpoint.update(every=50)
     if arg == "smoke":  # the test suite's run: every phase, in seconds
         c.stages = 2
         c.sft.update(steps=2, batch_size=4, boards=64)
         c.grpo.update(steps=2, prompts=2, group_size=2)
-        c.engineer.update(max_tokens=96, failure_cases=1)
+        c.engineer.update(failure_cases=1, max_edits=1, max_tokens=200)
         c.eval.update(per_cell=1, mid_per_cell=1, heldout=8, batch_size=16)
         c.checkpoint.update(every=1)
         c.logging.update(text_every=1)

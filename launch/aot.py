@@ -2,7 +2,8 @@
 
   pip install -e ".[tpu]"
   TPU_WORKER_HOSTNAMES=localhost python -m launch.aot [--preset=qwen3-4b] \
-      [--topologies=v5e:4x4,v5p:4x4x4,v4:4x4x8] [--batch=64] [--length=2048]
+      [--topologies=v5e:4x4,v5p:4x4x4,v4:4x4x8] [--batch=64] [--length=2048] [--attn_chunk=512] \
+      [--what=train,decode]
 
 What is compiled: next-token cross-entropy forward + backward of the whole model (layers scanned,
 remat per --remat; log-probs in chunks of --logits_chunk tokens, so the [B, T, 151936] logits
@@ -44,6 +45,10 @@ flags.DEFINE_integer("length", 2048, "Tokens per sequence (prompt + completion).
 flags.DEFINE_string("remat", "full", "Remat policy: none, dots, full.")
 flags.DEFINE_string("param_dtype", "float32", "Master weight dtype (compute is bf16).")
 flags.DEFINE_integer("logits_chunk", 256, "Tokens per logits chunk (never [B, T, V] at once).")
+flags.DEFINE_integer("attn_chunk", 0, "Query block of memory-efficient attention (0: full attention).")
+flags.DEFINE_list("what", ["train"], "What to compile: train (the update) and/or decode (one sampler step).")
+flags.DEFINE_integer("decode_batch", 256, "Rows of the decode step (prompts x samples).")
+flags.DEFINE_integer("decode_length", 8192, "KV cache length of the decode step (prompt + new tokens).")
 
 HBM = {"TPU v4": 32 * 2**30, "TPU v5 lite": 16 * 2**30, "TPU v5": 95 * 2**30, "TPU v5p": 95 * 2**30,
        "TPU v6 lite": 32 * 2**30}
@@ -71,19 +76,67 @@ def train_step_fn(graphdef, opt):
     return step
 
 
-def compile_one(config, topo_name, axes):
-    topo = topologies.get_topology_desc(platform="tpu", topology_name=topo_name)
-    mesh = sharding.make_mesh(axes, devices=topo.devices)
-    model = nnx.eval_shape(lambda: qwen3.Qwen3(config, dtype=jnp.bfloat16,
-                                               param_dtype=jnp.dtype(FLAGS.param_dtype),
-                                               remat=FLAGS.remat))
+def abstract_model(config, mesh, param_dtype):
+    """(graphdef, abstract params, their shardings) of a Qwen3 on `mesh` (no weights)."""
+    model = nnx.eval_shape(lambda: qwen3.Qwen3(config, dtype=jnp.bfloat16, param_dtype=jnp.dtype(param_dtype),
+                                               remat=FLAGS.remat, attn_chunk=FLAGS.attn_chunk))
     graphdef, state = nnx.split(model)
     params = nnx.to_pure_dict(state)
 
     def shard_of(path, leaf):
         name = str(getattr(path[-1], "key", path[-1]))
         return sharding.param_sharding(name, leaf.shape, mesh)
-    param_shardings = jax.tree_util.tree_map_with_path(shard_of, params)
+    return graphdef, params, jax.tree_util.tree_map_with_path(shard_of, params)
+
+
+def report(compiled, seconds, topo, topo_name, axes, config, **extra):
+    mem = compiled.memory_analysis()
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    kind = topo.devices[0].device_kind
+    hbm = HBM.get(kind)
+    peak = mem.argument_size_in_bytes + mem.output_size_in_bytes + mem.temp_size_in_bytes - mem.alias_size_in_bytes
+    return {"topology": topo_name, "mesh": axes, "device_kind": kind, "chips": len(topo.devices),
+            "fits": bool(hbm and peak <= hbm), "peak_bytes": int(peak), "hbm_bytes": hbm,
+            "argument_bytes": int(mem.argument_size_in_bytes), "output_bytes": int(mem.output_size_in_bytes),
+            "temp_bytes": int(mem.temp_size_in_bytes), "alias_bytes": int(mem.alias_size_in_bytes),
+            "flops": float(cost.get("flops", -1)), "compile_s": round(seconds, 1), "preset": FLAGS.preset,
+            **extra}
+
+
+def compile_decode(config, topo_name, axes):
+    """One sampler decode step (a token per row, the KV cache donated and updated in place)."""
+    topo = topologies.get_topology_desc(platform="tpu", topology_name=topo_name)
+    mesh = sharding.make_mesh(axes, devices=topo.devices)
+    graphdef, params, param_shardings = abstract_model(config, mesh, "bfloat16")
+    b, s = FLAGS.decode_batch, FLAGS.decode_length
+    batch_axes = sharding.batch_sharding(mesh).spec[0]
+    kv = "tensor" if "tensor" in mesh.shape and config.num_key_value_heads % mesh.shape["tensor"] == 0 else None
+    kv_shard = NamedSharding(mesh, PartitionSpec(None, batch_axes, kv, None, None))
+    row = sharding.batch_sharding(mesh, 1)
+    shape = (config.num_hidden_layers, b, config.num_key_value_heads, s, config.head_dim)
+    cache = qwen3.KVCache(k=jax.ShapeDtypeStruct(shape, jnp.bfloat16, sharding=kv_shard),
+                          v=jax.ShapeDtypeStruct(shape, jnp.bfloat16, sharding=kv_shard),
+                          valid=jax.ShapeDtypeStruct((b, s), bool, sharding=sharding.batch_sharding(mesh)),
+                          next_pos=jax.ShapeDtypeStruct((b,), jnp.int32, sharding=row),
+                          index=jax.ShapeDtypeStruct((), jnp.int32, sharding=NamedSharding(mesh, PartitionSpec())))
+    tok = jax.ShapeDtypeStruct((b, 1), jnp.int32, sharding=sharding.batch_sharding(mesh))
+
+    def step(params, cache, tok):
+        model = nnx.merge(graphdef, params)
+        logits, cache = model(tok, jnp.ones(tok.shape, bool), cache=cache)
+        return jnp.argmax(logits[:, -1], -1), cache
+    abstract = jax.tree.map(lambda x, sh: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh), params, param_shardings)
+    start = time.perf_counter()
+    compiled = jax.jit(step, donate_argnums=(1,)).lower(abstract, cache, tok).compile()
+    return report(compiled, time.perf_counter() - start, topo, topo_name, axes, config, what="decode",
+                  decode_batch=b, decode_length=s)
+
+
+def compile_one(config, topo_name, axes):
+    topo = topologies.get_topology_desc(platform="tpu", topology_name=topo_name)
+    mesh = sharding.make_mesh(axes, devices=topo.devices)
+    graphdef, params, param_shardings = abstract_model(config, mesh, FLAGS.param_dtype)
     opt = optax.adamw(1e-6, weight_decay=0.01)
     opt_state = jax.eval_shape(opt.init, params)
     replicated = NamedSharding(mesh, PartitionSpec())
@@ -98,20 +151,9 @@ def compile_one(config, topo_name, axes):
     start = time.perf_counter()
     compiled = step.lower(abstract(params, param_shardings), abstract(opt_state, opt_shardings), ids).compile()
     seconds = time.perf_counter() - start
-    mem = compiled.memory_analysis()
-    cost = compiled.cost_analysis()
-    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-    kind = topo.devices[0].device_kind
-    hbm = HBM.get(kind)
-    peak = mem.argument_size_in_bytes + mem.output_size_in_bytes + mem.temp_size_in_bytes - mem.alias_size_in_bytes
     ref_bytes = 2 * qwen3.num_params(config) // len(topo.devices)  # a bf16 reference, fully sharded
-    return {"topology": topo_name, "mesh": axes, "device_kind": kind, "chips": len(topo.devices),
-            "fits": bool(hbm and peak <= hbm), "peak_bytes": int(peak), "hbm_bytes": hbm,
-            "argument_bytes": int(mem.argument_size_in_bytes), "output_bytes": int(mem.output_size_in_bytes),
-            "temp_bytes": int(mem.temp_size_in_bytes), "alias_bytes": int(mem.alias_size_in_bytes),
-            "flops": float(cost.get("flops", -1)), "compile_s": round(seconds, 1),
-            "ref_model_bytes": int(ref_bytes), "batch": FLAGS.batch, "length": FLAGS.length,
-            "remat": FLAGS.remat, "preset": FLAGS.preset}
+    return report(compiled, seconds, topo, topo_name, axes, config, what="train", ref_model_bytes=int(ref_bytes),
+                  batch=FLAGS.batch, length=FLAGS.length, remat=FLAGS.remat, attn_chunk=FLAGS.attn_chunk)
 
 
 def main(argv):
@@ -119,13 +161,15 @@ def main(argv):
     config = qwen3.PRESETS[FLAGS.preset]
     for topo_name in FLAGS.topologies:
         n = len(topologies.get_topology_desc(platform="tpu", topology_name=topo_name).devices)
-        for axes in meshes(n, FLAGS.batch):
-            try:
-                row = compile_one(config, topo_name, axes)
-            except Exception as e:  # report and go on: one mesh failing says nothing of the others
-                row = {"topology": topo_name, "mesh": axes, "fits": False,
-                       "error": f"{type(e).__name__}: {str(e)[:300]}"}
-            print(json.dumps(row), flush=True)
+        for what in FLAGS.what:
+            fn = {"train": compile_one, "decode": compile_decode}[what]
+            for axes in meshes(n, FLAGS.batch if what == "train" else FLAGS.decode_batch):
+                try:
+                    row = fn(config, topo_name, axes)
+                except Exception as e:  # report and go on: one mesh failing says nothing of the others
+                    row = {"topology": topo_name, "mesh": axes, "what": what, "fits": False,
+                           "error": f"{type(e).__name__}: {str(e)[:300]}"}
+                print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":

@@ -202,8 +202,12 @@ class StageRunner:
 
     def _sft(self, state, meta):
         c = self.config
-        boards = self._boards(EnvConfig.from_json(c.sft.env) if c.sft.env else self.first,
-                              self._key(7), c.sft.boards)
+        env = EnvConfig.from_json(c.sft.env) if c.sft.env else self.first
+        boards = self._boards(env, self._key(7), c.sft.boards)
+        if c.sft.targets == "canonical":
+            boards = sft.canonical_plans(boards, env.max_size, env.max_agents)
+        elif c.sft.targets != "witness":
+            raise ValueError(f"sft.targets: {c.sft.targets!r} is not one of ('witness', 'canonical')")
 
         def callback(step, st, metrics):
             self.writer.scalars(step, {f"sft/{k}": v for k, v in metrics.items() if k in ("nll", "grad_norm", "learning_rate")})
@@ -213,7 +217,7 @@ class StageRunner:
             self._maybe_preempted(st, {}, meta)
 
         return sft.run_sft(self.sft_trainer, state, self.policy, boards, steps=c.sft.steps,
-                           batch_size=c.sft.batch_size, answer_length=c.rollout.max_new_tokens,
+                           batch_size=c.sft.batch_size, answer_length=c.sft.answer_length,
                            seed=c.seed, start=meta["step"], callback=callback, progress=self.progress)
 
     def _stage(self, state, ref, meta, first_boards, mid_boards):
@@ -252,7 +256,7 @@ class StageRunner:
             meta["history"].append(record["config"])
             meta["weights"].append(record["reward_weights"])
             self.writer.text(global_step, "engineer/proposal", json.dumps(
-                {k: record[k] for k in ("text", "accepted", "reason", "config", "reward_weights")}, indent=1))
+                {k: record[k] for k in ("prompt", "text", "accepted", "reason", "config", "reward_weights")}, indent=1))
             self._write_records(meta)
         self._summary(s, env_config, account, entry, record, time.time() - started)
         meta.update(stage=s + 1, step=0)

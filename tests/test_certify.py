@@ -70,6 +70,18 @@ def test_solver_and_device_bounds_agree_with_brute_force():
     assert infeasible > 0  # small dense boards include jointly infeasible ones
 
 
+def test_joint_reachability_agrees_with_brute_force():
+    boards = generator(SMALL)(jax.random.key(3), 120)
+    answers = set()
+    for item in io.boards_to_json(boards):
+        truth = brute_force(item)
+        answers.add(truth is None)
+        assert solver.joint_reachable(item, 64) == (truth is not None), item
+    assert answers == {True, False}
+    big = make_board(10, holes=[], starts=[(0, i) for i in range(5)], goals=[(9, i) for i in range(5)])
+    assert solver.joint_reachable(big, 64) is None  # 100^5 joint states: not attempted
+
+
 def test_known_infeasible_board():
     # A 1-wide corridor where two agents must swap: each can reach its goal alone, no joint plan.
     board = make_board(3, holes=[(1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2)],

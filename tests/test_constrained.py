@@ -16,7 +16,7 @@ from t2t_jax.text.tokenizer import load_tokenizer, stop_ids
 TOK = load_tokenizer()
 
 
-def sample(constraint, n=16, max_new_tokens=200, temperature=1.0, seed=0):
+def sample(constraint, n=16, max_new_tokens=600, temperature=1.0, seed=0):
     model = qwen3.Qwen3(qwen3.PRESETS["tiny"], rngs=nnx.Rngs(seed))
     sampler = Sampler(model, stop_ids(TOK), TOK.pad_token_id)
     ids, mask = encode_texts(TOK, ["propose", "a config please"])
@@ -31,7 +31,7 @@ def test_proposal_schema_outputs_always_parse_and_validate():
     config = make_config([{"size": [3, 5], "agents": 2}, {"size": 6, "agents": [2, 3]}])
     schema = propose.proposal_schema(config, (1, 5))
     constraint = Constraint.from_json_schema(schema, TOK)
-    texts, truncated = sample(constraint)
+    texts, truncated = sample(constraint)  # the schema bounds the length (< 600 characters)
     assert not truncated.any(), texts
     for text in texts:
         data = json.loads(text)

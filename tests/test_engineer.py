@@ -1,4 +1,5 @@
 """The engineer: the semantic check, edit modes, baselines, the account, every kind."""
+import dataclasses
 import json
 import types
 
@@ -28,12 +29,11 @@ def apply(edits, mode="selective", rewards=REWARDS, agent_range=(1, 5)):
 
 def test_selective_keeps_unnamed_buckets_and_rewrite_replaces():
     new, weights = apply([{"bucket": 1, **EDIT}])
-    assert new.buckets[0] == CONFIG.buckets[0]
-    assert new.buckets[1].size == (4, 5)
-    assert abs(sum(b.weight for b in new.buckets) - 1) < 1e-3  # normalised
+    assert dataclasses.replace(new.buckets[0], weight=1.0) == CONFIG.buckets[0]  # kept (weights normalised)
+    assert new.buckets[1].size == (4, 5) and [b.weight for b in new.buckets] == [0.5, 0.5]
     added, _ = apply([{"bucket": 2, **EDIT}])
     assert len(added.buckets) == 3 and added.buckets[:2] == tuple(
-        b.__class__(**{**b.__dict__, "weight": round(b.weight / 4.0, 4)}) for b in CONFIG.buckets)
+        dataclasses.replace(b, weight=round(b.weight / 4.0, 4)) for b in CONFIG.buckets)
     rewritten, _ = apply([{"bucket": 0, **EDIT}], mode="rewrite")
     assert len(rewritten.buckets) == 1 and rewritten.buckets[0].size == (4, 5)
     assert weights["optimal"] == 0.5 and weights["format"] == ACCURACY_FIRST["format"]

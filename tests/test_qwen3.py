@@ -103,15 +103,16 @@ def test_bf16_forward_is_close(tmp_path):
     assert np.abs(out[mask] - f32[mask]).max() < 0.1
 
 
-def test_remat_gives_the_same_gradients():
+def test_remat_and_chunked_attention_give_the_same_gradients():
     config = qwen3.Qwen3Config(vocab_size=50, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                                num_attention_heads=4, num_key_value_heads=2, head_dim=8)
     from flax import nnx
-    ids = jnp.arange(20).reshape(2, 10) % 50
+    ids = jnp.arange(24).reshape(2, 12) % 50
+    mask = jnp.ones((2, 12), bool).at[1, :5].set(False)
     grads = []
-    for remat in ("none", "full", "dots"):
-        model = qwen3.Qwen3(config, remat=remat, rngs=nnx.Rngs(0))
-        g = nnx.grad(lambda m: m(ids).mean())(model)
+    for remat, chunk in (("none", 0), ("full", 0), ("dots", 0), ("none", 4), ("full", 3)):
+        model = qwen3.Qwen3(config, remat=remat, attn_chunk=chunk, rngs=nnx.Rngs(0))
+        g = nnx.grad(lambda m: (m(ids, attention_mask=mask) * mask[..., None]).mean())(model)
         grads.append(jax.tree.leaves(nnx.state(g)))
     for other in grads[1:]:
         for a, b in zip(grads[0], other):

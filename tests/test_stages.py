@@ -84,6 +84,7 @@ def _kill_after_checkpoint(workdir, sig, checkpoint):
     return proc.wait(timeout=300), proc.stdout.read()
 
 
+@pytest.mark.slow
 def test_sigkill_mid_stage_then_resume_equals_uninterrupted(run, tmp_path):
     workdir, _ = run
     # checkpoints of the smoke run: 1 sft step 1, 2 warm start, 3 stage 0 step 1 (then step 2

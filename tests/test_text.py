@@ -169,3 +169,15 @@ def test_reward_terms():
     np.testing.assert_allclose(total, [1.475, 0.95, -0.025, -0.025, -0.1], rtol=1e-6)
     with pytest.raises(ValueError, match="unknown terms"):
         rewards.total_reward(terms, {"speed": 1.0})
+
+
+def test_prompt_styles():
+    from t2t_jax.text.prompts import PROMPT_STYLES, board_prompt, chat_messages
+    board = {"size": 3, "holes": [[1, 1]], "starts": [[2, 0], [0, 0]], "goals": [[0, 2], [0, 1]]}
+    full, compact, offsets = (board_prompt(board, s) for s in PROMPT_STYLES)
+    assert "Rules:" in full and "Rules:" not in compact and compact in offsets
+    assert "Agent 0 goal: 2 UP 2 RIGHT" in offsets and "Agent 1 goal: 0 UP 1 RIGHT" in offsets
+    assert [m["role"] for m in chat_messages(board, "compact")] == ["user"]
+    assert [m["role"] for m in chat_messages(board, "full")] == ["system", "user"]
+    with pytest.raises(ValueError, match="prompt style: 'long'"):
+        board_prompt(board, "long")

@@ -104,6 +104,7 @@ def test_grpo_raises_a_toy_reward():
     assert np.mean(means[-5:]) > np.mean(means[:5]) + 0.2, means
 
 
+@pytest.mark.slow
 def test_sharded_update_equals_single_device(tmp_path):
     out = subprocess.run([sys.executable, os.path.join(HERE, "train_check.py"), "sharded",
                           str(tmp_path / "single.npz")], capture_output=True, text=True, timeout=900)
@@ -117,6 +118,7 @@ def _free_port():
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_two_process_run_equals_single_process(tmp_path):
     """Two processes on localhost (jax.distributed, gloo), 2 fake devices each, fsdp over all 4:
     the same params as one process on one device."""

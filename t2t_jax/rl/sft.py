@@ -4,6 +4,12 @@ It exists so the small embedded model starts RL with a non-zero valid rate; for 
 Qwen3-4B it is off by default (`sft.steps = 0`). Boards come from the stage's `EnvConfig` through
 the `CertifiedGenerator`, so every target plan is a certified optimum. The answer is the plan
 text followed by `<|im_end|>`, after the same chat prompt GRPO uses.
+
+Targets (`canonical_plans`): a board's optimal plans are many (move orders, waits), and the
+solver's witness is an arbitrary one, which a small model learns slowly. Where the straight
+plan (every agent all its vertical moves, then all its horizontal ones) is valid, it is optimal
+(each agent moves its Manhattan distance, the lower bound) and becomes the target; elsewhere
+the witness stays.
 """
 from __future__ import annotations
 
@@ -11,6 +17,26 @@ from typing import Sequence
 
 import numpy as np
 from tqdm import tqdm
+
+from t2t_jax.env import io
+from t2t_jax.env.validator import validate
+
+
+def straight_plan(board: dict) -> list[list[str]]:
+    """Each agent: all vertical moves towards its goal, then all horizontal ones."""
+    plan = []
+    for (sr, sc), (gr, gc) in zip(board["starts"], board["goals"]):
+        plan.append(["DOWN" if gr > sr else "UP"] * abs(gr - sr) + ["RIGHT" if gc > sc else "LEFT"] * abs(gc - sc))
+    return plan
+
+
+def canonical_plans(boards: Sequence[dict], max_size: int = 10, max_agents: int = 5) -> list[dict]:
+    """Boards with "plan" replaced by the straight plan where that is valid (then optimal)."""
+    plans = [straight_plan(b) for b in boards]
+    verdicts = validate(io.boards_from_json(boards, max_size, max_agents),
+                        io.plans_from_lists(plans, max_agents, 2 * max_size))
+    valid = np.asarray(verdicts.valid)
+    return [{**b, "plan": io.plan_to_text(p)} if ok else b for b, p, ok in zip(boards, plans, valid)]
 
 from t2t_jax.text.tokenizer import IM_END
 

@@ -126,7 +126,9 @@ class Trainer:
         self._logprobs = jax.jit(self._logprobs_fn)
 
     def init(self, params=None) -> TrainState:
-        params = self.initial_params if params is None else params
+        """A fresh state at `params` (default: the model's initial weights), copied: updates
+        donate their input state, and the originals stay usable (the reference, the base)."""
+        params = jax.tree.map(jnp.copy, self.initial_params if params is None else params)
         opt_state = jax.jit(self.tx.init)(params)
         return TrainState(params=params, opt_state=opt_state, step=jnp.int32(0))
 

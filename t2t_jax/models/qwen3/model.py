@@ -78,21 +78,34 @@ def apply_rope(x, cos, sin):
     return (xf * cos[:, None] + rotated.astype(jnp.float32) * sin[:, None]).astype(x.dtype)
 
 
-def attention(q, k, v, mask):
+def _attend(q, k, v, mask):
+    """q: [B, K, G, T, E]; k, v: [B, K, S, E]; mask: [B, T, S] -> [B, K, G, T, E]."""
+    scores = jnp.einsum("bkgte,bkse->bkgts", q, k, preferred_element_type=jnp.float32) * (q.shape[-1] ** -0.5)
+    scores = jnp.where(mask[:, None, None], scores, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    return jnp.einsum("bkgts,bkse->bkgte", probs, v)
+
+
+def attention(q, k, v, mask, chunk: int = 0):
     """q: [B, H, T, E]; k, v: [B, K, S, E]; mask: [B, T, S] bool -> [B, T, H * E].
 
-    Grouped-query: each kv head serves H / K query heads. Softmax in fp32."""
+    Grouped-query: each kv head serves H / K query heads. Softmax in fp32. With `chunk` > 0 and
+    T > chunk, queries go in blocks of `chunk` under `lax.map`, each block rematerialised in the
+    backward pass: the [H, T, S] scores never exist at once (peak [H, chunk, S])."""
     b, h, t, e = q.shape
     kv = k.shape[1]
     q = q.reshape(b, kv, h // kv, t, e)
-    scores = jnp.einsum("bkgte,bkse->bkgts", q, k, preferred_element_type=jnp.float32) * (e ** -0.5)
-    scores = jnp.where(mask[:, None, None], scores, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    out = jnp.einsum("bkgts,bkse->bkgte", probs, v)
+    if chunk and t > chunk and t % chunk == 0:
+        qc = q.reshape(b, kv, h // kv, t // chunk, chunk, e).transpose(3, 0, 1, 2, 4, 5)
+        mc = mask.reshape(b, t // chunk, chunk, -1).transpose(1, 0, 2, 3)
+        block = jax.checkpoint(lambda args: _attend(args[0], k, v, args[1]))
+        out = jax.lax.map(block, (qc, mc)).transpose(1, 2, 3, 0, 4, 5).reshape(b, kv, h // kv, t, e)
+    else:
+        out = _attend(q, k, v, mask)
     return out.reshape(b, h, t, e).transpose(0, 2, 1, 3).reshape(b, t, h * e)
 
 
-def _layer(config: Qwen3Config, x, w, cos, sin, mask, cache_kv=None, index=None):
+def _layer(config: Qwen3Config, x, w, cos, sin, mask, cache_kv=None, index=None, attn_chunk: int = 0):
     """One decoder layer. x: [B, T, D]; w: this layer's weights; cache_kv: this layer's cached
     ([B, K, S, E] x 2), with this step's keys/values going to slot `index` (None: attend
     within x only). Returns (x, (k, v)), this step's keys and values [B, K, T, E]."""
@@ -111,7 +124,7 @@ def _layer(config: Qwen3Config, x, w, cos, sin, mask, cache_kv=None, index=None)
         v_all = jax.lax.dynamic_update_slice_in_dim(cache_kv[1], v.astype(cache_kv[1].dtype), index, axis=2)
     else:
         k_all, v_all = k, v
-    x = x + attention(q, k_all.astype(q.dtype), v_all.astype(q.dtype), mask) @ w["o_proj"]
+    x = x + attention(q, k_all.astype(q.dtype), v_all.astype(q.dtype), mask, attn_chunk) @ w["o_proj"]
     h = rms_norm(x, w["post_norm"], c.rms_norm_eps)
     x = x + (jax.nn.silu(h @ w["gate_proj"]) * (h @ w["up_proj"])) @ w["down_proj"]
     return x, (k, v)
@@ -125,13 +138,15 @@ class Qwen3(nnx.Module):
       dtype: compute dtype (activations, matmuls); norms and softmax accumulate in fp32.
       param_dtype: storage dtype of the weights.
       remat: "none", "full" or "dots" (what the backward pass may keep), see REMAT_POLICIES.
+      attn_chunk: query block size of memory-efficient attention for long sequences (0: off;
+        used when the length is a multiple of it), see `attention`.
     """
 
     def __init__(self, config: Qwen3Config, *, dtype=jnp.float32, param_dtype=jnp.float32,
-                 remat: str = "none", rngs: nnx.Rngs | None = None):
+                 remat: str = "none", attn_chunk: int = 0, rngs: nnx.Rngs | None = None):
         if remat not in REMAT_POLICIES:
             raise ValueError(f"remat: {remat!r} is not one of {sorted(REMAT_POLICIES)}")
-        self.config, self.dtype, self.remat = config, dtype, remat
+        self.config, self.dtype, self.remat, self.attn_chunk = config, dtype, remat, attn_chunk
         rngs = rngs or nnx.Rngs(0)
         c, n = config, config.num_hidden_layers
         init = jax.nn.initializers.normal(0.02)
@@ -178,7 +193,7 @@ class Qwen3(nnx.Module):
         def body(carry, w):
             x, kv, layer = carry
             if kv is None:
-                x, _ = _layer(c, x, w, cos, sin, attn_mask)
+                x, _ = _layer(c, x, w, cos, sin, attn_mask, attn_chunk=self.attn_chunk)
                 return (x, kv, layer + 1), None
             # The cache is a carry: each layer writes only this step's slots, in place.
             x, (k, v) = _layer(c, x, w, cos, sin, attn_mask, (kv[0][layer], kv[1][layer]), index)
