@@ -91,7 +91,8 @@ def table_rows(entry: dict, label: str = "ours") -> dict:
     return out
 
 
-def _atomic_write(path: str, text: str | bytes) -> None:
+def atomic_write(path: str, text: str | bytes) -> None:
+    """Write to a temporary file in the same directory, then rename: nothing half-written."""
     mode = "wb" if isinstance(text, bytes) else "w"
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".tmp")
     with os.fdopen(fd, mode) as f:
@@ -124,12 +125,12 @@ def write_tables(directory: str, entry: dict, label: str = "ours", prefix: str =
             md.append(f"\nMean completion tokens ({label}): " + ", ".join(
                 f"{s}×{s} {ours[s]['tokens']:.0f}" for s in sizes if s in ours))
     paths = {ext: os.path.join(directory, f"{prefix}.{ext}") for ext in ("md", "csv", "json")}
-    _atomic_write(paths["md"], f"# Results: {entry['point']}\n" + "\n".join(md) + "\n")
-    _atomic_write(paths["csv"], buf.getvalue())
-    _atomic_write(paths["json"], json.dumps({"point": entry["point"], "tables": rows}, indent=1))
+    atomic_write(paths["md"], f"# Results: {entry['point']}\n" + "\n".join(md) + "\n")
+    atomic_write(paths["csv"], buf.getvalue())
+    atomic_write(paths["json"], json.dumps({"point": entry["point"], "tables": rows}, indent=1))
     image = rate_heatmap(entry["cells"], title=f"{label}: {entry['point']}")
     png = _io.BytesIO()
     image.save(png, format="PNG")
     paths["png"] = os.path.join(directory, "heatmap.png")
-    _atomic_write(paths["png"], png.getvalue())
+    atomic_write(paths["png"], png.getvalue())
     return paths
