@@ -79,7 +79,7 @@ def test_joint_reachability_agrees_with_brute_force():
         assert solver.joint_reachable(item, 64) == (truth is not None), item
     assert answers == {True, False}
     big = make_board(10, holes=[], starts=[(0, i) for i in range(5)], goals=[(9, i) for i in range(5)])
-    assert solver.joint_reachable(big, 64) is None  # 100^5 joint states: not attempted
+    assert solver.joint_reachable(big, 64) is None  # (100 * 5)^5 joint work: not attempted
 
 
 def test_known_infeasible_board():

@@ -11,8 +11,8 @@ monotone in T.
 
 Proving that no plan exists at all (T = the horizon) can be hard for SAT (agents that would have
 to swap in a corridor are a pigeonhole-like problem), so when prioritized planning found no
-plan and the joint state space is small (free cells ^ agents <= `JOINT_STATES`), feasibility is
-first settled by a vectorised breadth-first search over joint configurations (`joint_reachable`).
+plan and the joint search is small (free cells ^ agents x 5 ^ agents <= `JOINT_WORK`), feasibility
+is first settled by a vectorised breadth-first search over joint configurations (`joint_reachable`).
 
 This module imports no JAX so worker processes start fast (see `solve_many`).
 """
@@ -32,7 +32,8 @@ from t2t_jax.env.reference import bfs
 
 MOVES = {(0, 0): "STAY", (-1, 0): "UP", (1, 0): "DOWN", (0, -1): "LEFT", (0, 1): "RIGHT"}
 SAT_ENGINE = "cadical195"
-JOINT_STATES = 300_000
+JOINT_WORK = 40_000_000  # joint states x joint moves: the bound on the joint search's work
+JOINT_CHUNK = 1 << 20  # (state, joint move) pairs expanded at once: bounds the memory
 
 
 @dataclasses.dataclass
@@ -57,12 +58,12 @@ def _neighbours(cell, n, holes):
 
 def joint_reachable(board: dict, max_makespan: int) -> bool | None:
     """Whether the goal configuration is reachable within `max_makespan` joint steps (BFS over
-    joint configurations, vertex and swap conflicts excluded); None when free cells ^ agents
-    exceeds JOINT_STATES."""
+    joint configurations, vertex and swap conflicts excluded); None when free cells ^ agents x
+    5 ^ agents exceeds JOINT_WORK."""
     n, holes = board["size"], {tuple(h) for h in board["holes"]}
     cells = [(r, c) for r in range(n) for c in range(n) if (r, c) not in holes]
     m, k = len(cells), len(board["starts"])
-    if m ** k > JOINT_STATES:
+    if (m * 5) ** k > JOINT_WORK:
         return None
     index = {cell: i for i, cell in enumerate(cells)}
     nb = np.full((m, 5), -1, np.int64)  # cell, action -> cell (-1: off the grid or a hole)
@@ -79,13 +80,17 @@ def joint_reachable(board: dict, max_makespan: int) -> bool | None:
     for _ in range(max_makespan):
         if seen[goal]:
             return True
-        pos = (frontier[:, None] // base) % m  # [F, k]
-        new = nb[pos[:, None, :], moves[None]]  # [F, 5^k, k]
-        ok = (new >= 0).all(-1)
-        for i, j in pairs:
-            ok &= new[..., i] != new[..., j]
-            ok &= ~((new[..., i] == pos[:, None, j]) & (new[..., j] == pos[:, None, i]))
-        codes = np.unique((new * base).sum(-1)[ok])
+        found = []
+        step = max(1, JOINT_CHUNK // len(moves))
+        for lo in range(0, len(frontier), step):
+            pos = (frontier[lo:lo + step, None] // base) % m  # [F, k]
+            new = nb[pos[:, None, :], moves[None]]  # [F, 5^k, k]
+            ok = (new >= 0).all(-1)
+            for i, j in pairs:
+                ok &= new[..., i] != new[..., j]
+                ok &= ~((new[..., i] == pos[:, None, j]) & (new[..., j] == pos[:, None, i]))
+            found.append(np.unique((new * base).sum(-1)[ok]))
+        codes = np.unique(np.concatenate(found))
         frontier = codes[~seen[codes]]
         if frontier.size == 0:
             return False
