@@ -92,7 +92,7 @@ class StageRunner:
         self.engineer = Engineer(c.engineer, self.policy, base_params=self.trainer.initial_params, seed=c.seed)
         os.makedirs(self.workdir, exist_ok=True)
         if jax.process_index() == 0:
-            benchmark.atomic_write(os.path.join(self.workdir, "config.json"), config.to_json(indent=1))
+            io.write_atomic(os.path.join(self.workdir, "config.json"), config.to_json(indent=1))
         self.ckpt = Checkpointer(os.path.join(self.workdir, "checkpoints"), keep=c.checkpoint.keep)
         self.writer = SummaryWriter(os.path.join(self.workdir, "tb"))
         self._term = False
@@ -129,7 +129,7 @@ class StageRunner:
     def _write_records(self, meta):
         if jax.process_index() == 0:
             io.write_jsonl(os.path.join(self.workdir, "proposals.jsonl"), meta["records"])
-            benchmark.atomic_write(os.path.join(self.workdir, "results.json"), json.dumps(meta["results"], indent=1))
+            io.write_atomic(os.path.join(self.workdir, "results.json"), json.dumps(meta["results"], indent=1))
 
     def _boards(self, env_config: EnvConfig, key, num: int) -> list[dict]:
         gen = CertifiedGenerator(env_config, horizon=self.config.env.horizon, chunk=self.config.env.chunk)

@@ -169,14 +169,13 @@ def read_jsonl(path: str) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def write_jsonl(path: str, items: Iterable[dict], sort_keys: bool = False) -> None:
-    """Write all lines to a temporary file, then rename: nothing half-written is left."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
+def write_atomic(path: str, data: str | bytes | Iterable[str]) -> None:
+    """Write `data` (text, bytes, or text chunks, streamed) to a temporary file beside `path`,
+    then rename: nothing half-written is left."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
-            for item in items:
-                f.write(json.dumps(item, sort_keys=sort_keys) + "\n")
+        with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
+            f.writelines([data] if isinstance(data, (str, bytes)) else data)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
@@ -184,3 +183,8 @@ def write_jsonl(path: str, items: Iterable[dict], sort_keys: bool = False) -> No
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+def write_jsonl(path: str, items: Iterable[dict], sort_keys: bool = False) -> None:
+    """All lines as one atomic write (see write_atomic)."""
+    write_atomic(path, (json.dumps(item, sort_keys=sort_keys) + "\n" for item in items))

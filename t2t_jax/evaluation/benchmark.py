@@ -15,11 +15,11 @@ import csv
 import io as _io
 import json
 import os
-import tempfile
 
 import numpy as np
 from tqdm import tqdm
 
+from t2t_jax.env import io
 from t2t_jax.evaluation import sets
 from t2t_jax.rl.rollout import concat
 
@@ -91,15 +91,6 @@ def table_rows(entry: dict, label: str = "ours") -> dict:
     return out
 
 
-def atomic_write(path: str, text: str | bytes) -> None:
-    """Write to a temporary file in the same directory, then rename: nothing half-written."""
-    mode = "wb" if isinstance(text, bytes) else "w"
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".tmp")
-    with os.fdopen(fd, mode) as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def write_tables(directory: str, entry: dict, label: str = "ours", prefix: str = "results_table") -> dict:
     """Markdown, CSV and JSON tables (and `heatmap.png`) of one evaluation point. Returns paths."""
     from t2t_jax.render.heatmap import rate_heatmap
@@ -125,12 +116,12 @@ def write_tables(directory: str, entry: dict, label: str = "ours", prefix: str =
             md.append(f"\nMean completion tokens ({label}): " + ", ".join(
                 f"{s}×{s} {ours[s]['tokens']:.0f}" for s in sizes if s in ours))
     paths = {ext: os.path.join(directory, f"{prefix}.{ext}") for ext in ("md", "csv", "json")}
-    atomic_write(paths["md"], f"# Results: {entry['point']}\n" + "\n".join(md) + "\n")
-    atomic_write(paths["csv"], buf.getvalue())
-    atomic_write(paths["json"], json.dumps({"point": entry["point"], "tables": rows}, indent=1))
+    io.write_atomic(paths["md"], f"# Results: {entry['point']}\n" + "\n".join(md) + "\n")
+    io.write_atomic(paths["csv"], buf.getvalue())
+    io.write_atomic(paths["json"], json.dumps({"point": entry["point"], "tables": rows}, indent=1))
     image = rate_heatmap(entry["cells"], title=f"{label}: {entry['point']}")
     png = _io.BytesIO()
     image.save(png, format="PNG")
     paths["png"] = os.path.join(directory, "heatmap.png")
-    atomic_write(paths["png"], png.getvalue())
+    io.write_atomic(paths["png"], png.getvalue())
     return paths
