@@ -112,19 +112,19 @@ def compile_decode(config, topo_name, axes):
     b, s = FLAGS.decode_batch, FLAGS.decode_length
     batch_axes = sharding.batch_sharding(mesh).spec[0]
     kv = "tensor" if "tensor" in mesh.shape and config.num_key_value_heads % mesh.shape["tensor"] == 0 else None
-    kv_shard = NamedSharding(mesh, PartitionSpec(None, batch_axes, kv, None, None))
+    kv_shard = NamedSharding(mesh, PartitionSpec(batch_axes, kv, None, None))
     row = sharding.batch_sharding(mesh, 1)
-    shape = (config.num_hidden_layers, b, config.num_key_value_heads, s, config.head_dim)
-    cache = qwen3.KVCache(k=jax.ShapeDtypeStruct(shape, jnp.bfloat16, sharding=kv_shard),
-                          v=jax.ShapeDtypeStruct(shape, jnp.bfloat16, sharding=kv_shard),
+    layer_kv = tuple(jax.ShapeDtypeStruct((b, config.num_key_value_heads, s, config.head_dim), jnp.bfloat16,
+                                          sharding=kv_shard) for _ in range(config.num_hidden_layers))
+    cache = qwen3.KVCache(k=layer_kv, v=layer_kv,
                           valid=jax.ShapeDtypeStruct((b, s), bool, sharding=sharding.batch_sharding(mesh)),
                           next_pos=jax.ShapeDtypeStruct((b,), jnp.int32, sharding=row),
                           index=jax.ShapeDtypeStruct((), jnp.int32, sharding=NamedSharding(mesh, PartitionSpec())))
     tok = jax.ShapeDtypeStruct((b, 1), jnp.int32, sharding=sharding.batch_sharding(mesh))
 
-    def step(params, cache, tok):
+    def step(params, cache, tok):  # as in the sampler's loop: per-layer weights, unrolled layers
         model = nnx.merge(graphdef, params)
-        logits, cache = model(tok, jnp.ones(tok.shape, bool), cache=cache)
+        logits, cache = model(tok, jnp.ones(tok.shape, bool), cache=cache, layers=model.unstack_layers())
         return jnp.argmax(logits[:, -1], -1), cache
     abstract = jax.tree.map(lambda x, sh: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh), params, param_shardings)
     start = time.perf_counter()

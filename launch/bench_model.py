@@ -1,7 +1,7 @@
 """Benchmark the Flax Qwen3 against the same weights in transformers (PyTorch CPU), one run.
 
   python -m launch.bench_model [--shapes=tiny,100m] [--batch=4] [--length=128]
-      [--decode_batches=1,16,64] [--prompt=32] [--new_tokens=32]
+      [--decode_batches=1,16,64] [--prompt=32] [--new_tokens=32] [--benches=train,grpo,decode]
 
 Prints one JSON object per line: `name`, `batch`, `ours_per_s` (tokens/s), `baseline`,
 `baseline_per_s`, `ratio`. Measured on the same weights in one run: forward + backward of the
@@ -28,6 +28,7 @@ from t2t_jax.models import qwen3
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("shapes", ["tiny", "100m"], "Presets to measure.")
+flags.DEFINE_list("benches", ["train", "grpo", "decode"], "Which measurements to run.")
 flags.DEFINE_integer("batch", 4, "Sequences per step.")
 flags.DEFINE_integer("length", 128, "Tokens per sequence.")
 flags.DEFINE_integer("repeats", 3, "Timed repeats (best kept).")
@@ -154,10 +155,14 @@ def bench_decode(shape):
 def main(argv):
     del argv
     print(json.dumps({"name": "platform", "backend": jax.default_backend(), "cpus": os.cpu_count()}), flush=True)
+    benches = {"train": lambda s: bench_train(s, FLAGS.batch, FLAGS.length),
+               "grpo": lambda s: bench_grpo(s, FLAGS.batch, FLAGS.length), "decode": bench_decode}
+    unknown = set(FLAGS.benches) - set(benches)
+    if unknown:
+        raise app.UsageError(f"--benches: unknown {sorted(unknown)}; known: {sorted(benches)}")
     for shape in FLAGS.shapes:
-        bench_train(shape, FLAGS.batch, FLAGS.length)
-        bench_grpo(shape, FLAGS.batch, FLAGS.length)
-        bench_decode(shape)
+        for name in FLAGS.benches:
+            benches[name](shape)
 
 
 if __name__ == "__main__":

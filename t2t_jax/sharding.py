@@ -26,7 +26,7 @@ DEFAULT_RULES = {
     "head_dim": None,
     "layers": None,
 }
-GLOBAL_AXES = {"embed": ("vocab", "embed"), "final_norm": ("embed",), "lm_head": ("embed", "vocab")}
+GLOBAL_AXES = {"embed": ("vocab", "embed"), "final_norm": ("embed",), "lm_head": ("vocab", "embed")}
 
 
 def make_mesh(axes: dict[str, int], devices=None) -> Mesh:

@@ -1,4 +1,5 @@
-"""Run with 8 fake CPU devices (see test_sharding.py): sharded logits == single-device logits."""
+"""Run with 8 fake CPU devices (see test_sharding.py): sharded logits == single-device logits, and
+the sampler on sharded params with the batch sharded over the data axes gives the same tokens."""
 import os
 import sys
 
@@ -11,6 +12,15 @@ from flax import nnx  # noqa: E402
 
 from t2t_jax import sharding  # noqa: E402
 from t2t_jax.models import qwen3  # noqa: E402
+from t2t_jax.sampling import Sampler  # noqa: E402
+
+
+def sample(model, ids, mask):
+    """Greedy and temperature-1 samples (n=2 per prompt) of 6 tokens."""
+    sampler = Sampler(model, stop_ids=[95], pad_id=0)
+    greedy = sampler.generate(ids, mask, max_new_tokens=6)
+    hot = sampler.generate(ids, mask, max_new_tokens=6, temperature=1.0, n=2, seed=3)
+    return [np.asarray(x) for x in (greedy.tokens, greedy.logprobs, hot.tokens, hot.logprobs)]
 
 
 def main(path):
@@ -21,7 +31,9 @@ def main(path):
     qwen3.save_pretrained(qwen3.Qwen3(config, rngs=nnx.Rngs(0)), path)
     ids = jnp.asarray(np.random.default_rng(0).integers(0, 96, (8, 10)))
     mask = jnp.ones((8, 10), bool).at[3, :4].set(False)
-    single = np.asarray(qwen3.from_pretrained(path)(ids, attention_mask=mask))
+    single_model = qwen3.from_pretrained(path)
+    single = np.asarray(single_model(ids, attention_mask=mask))
+    single_samples = sample(single_model, ids, mask)
     for axes in ({"fsdp": 4, "tensor": 2}, {"data": 2, "fsdp": 2, "tensor": 2}, {"fsdp": -1},
                  {"tensor": 8}, {"data": 8}):
         mesh = sharding.make_mesh(axes)
@@ -34,6 +46,11 @@ def main(path):
         out = jax.jit(lambda m, i, a: m(i, attention_mask=a))(
             model, jax.device_put(ids, batch), jax.device_put(mask, batch))
         np.testing.assert_allclose(np.asarray(out), single, atol=2e-5, err_msg=str(axes))
+        samples = sample(model, jax.device_put(ids, batch), jax.device_put(mask, batch))
+        for got, want in zip(samples[0::2], single_samples[0::2]):
+            np.testing.assert_array_equal(got, want, err_msg=f"sampled tokens, {axes}")
+        for got, want in zip(samples[1::2], single_samples[1::2]):
+            np.testing.assert_allclose(got, want, atol=1e-4, err_msg=f"sampled logprobs, {axes}")
         placed = sharding.shard_model(qwen3.from_pretrained(path), mesh)  # after the fact
         assert placed.layers["q_proj"].value.sharding == q.sharding
         print("ok", axes, q.sharding.spec)

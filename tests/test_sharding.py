@@ -8,7 +8,7 @@ import pytest
 from t2t_jax.sharding import make_mesh
 
 
-def test_sharded_logits_equal_single_device(tmp_path):
+def test_sharded_logits_and_samples_equal_single_device(tmp_path):
     script = os.path.join(os.path.dirname(__file__), "sharded_check.py")
     out = subprocess.run([sys.executable, script, str(tmp_path / "ckpt")], capture_output=True, text=True,
                          timeout=600)

@@ -12,7 +12,8 @@ Prompts are left-padded (t2t_jax.text.prompts pads to bucketed lengths, so a run
 handful of shapes). The `n` samples of a prompt share one prefill: its cache rows are repeated
 before decoding, and row i * n + j is sample j of prompt i. The decode loop is a
 `lax.while_loop` that stops when every row has stopped or at the budget; the cache lives inside
-the compiled call and is updated in place. Sampling parameters (temperature, top_k, top_p, the
+the compiled call and is updated in place, and the layer weights are unstacked once before the
+loop (`Qwen3.unstack_layers`), so no step copies them. Sampling parameters (temperature, top_k, top_p, the
 seed) are traced, so changing them does not recompile; the shapes and `n` are static. Each step
 draws with `fold_in(key, step)` and each row with `fold_in(step_key, row)`. A `constraint`
 (constrained.py) masks each step's logits to the tokens its automaton allows.
@@ -80,11 +81,11 @@ def _generate(graphdef, state, input_ids, attention_mask, key, temperature, top_
     model = nnx.merge(graphdef, state)
     b, p = input_ids.shape
     cache = model.init_cache(b, p + max_new_tokens)
-    logits, cache = model(input_ids, attention_mask, cache=cache)
-    last = logits[:, -1]
+    hidden, cache = model.hidden(input_ids, attention_mask, cache=cache)  # scanned prefill
+    layers = model.unstack_layers()  # once, outside the loop (see Qwen3.hidden)
+    last = model.logits_from_hidden(hidden[:, -1])  # the prompt's last position only
     rows = b * n
-    cache = jax.tree.map(lambda x: jnp.repeat(x, n, axis=1) if x.ndim == 5 else
-                         (jnp.repeat(x, n, axis=0) if x.ndim >= 1 else x), cache)
+    cache = jax.tree.map(lambda x: jnp.repeat(x, n, axis=0) if x.ndim else x, cache)
     last = jnp.repeat(last, n, axis=0)
 
     def cond(carry):
@@ -104,7 +105,7 @@ def _generate(graphdef, state, input_ids, attention_mask, key, temperature, top_
         done = done | jnp.isin(tok, stop_ids)
         if constraint is not None:
             fsm = constrained.advance(constraint, fsm, tok)
-        logits, cache = model(tok[:, None], jnp.ones((rows, 1), bool), cache=cache)
+        logits, cache = model(tok[:, None], jnp.ones((rows, 1), bool), cache=cache, layers=layers)
         return t + 1, cache, logits[:, -1], tokens, done, logprobs, lengths, fsm
 
     fsm = jnp.zeros((rows,), jnp.int32) + (0 if constraint is None else constraint.initial)

@@ -4,8 +4,11 @@ RMSNorm (fp32 accumulation), grouped-query attention with per-head q/k RMSNorm b
 SwiGLU MLP, tied or untied embeddings, `head_dim` independent of hidden / heads. The layers are
 stacked (every weight has a leading `[L]` axis) and run under one `jax.lax.scan`, so one layer
 body is compiled, with an optional remat policy. Positions come from the attention mask
-(cumulative sum), so left padding is harmless. A KV cache serves the sampler: `prefill` fills
-it from a prompt, then each call with one token per row appends at `cache.index`.
+(cumulative sum), so left padding is harmless. A KV cache serves the sampler: the first call
+with it (the prefill) fills it from a prompt, then each call with one token per row appends at
+`cache.index`. The cache holds one array per layer; decode steps take per-layer weights
+(`unstack_layers`, once per generation) and unroll the layers: a scan would slice (copy) every
+layer's weights out of the stack on each step, which costs more than the step's matmuls on CPU.
 
 Shapes: B batch, T tokens, D hidden, H query heads, K kv heads, E head_dim, F intermediate,
 V vocab, L layers, S cache length.
@@ -26,27 +29,29 @@ REMAT_POLICIES = {
     "full": jax.checkpoint_policies.nothing_saveable,
     "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
 }
-# Per-layer weights: name -> (shape in terms of the config, logical axes).
+# Per-layer weights: name -> (shape in terms of the config, logical axes). Matrices are
+# [out, in] as in Hugging Face (and the faster operand layout for few-row matmuls on CPU).
 LAYER_WEIGHTS = {
     "input_norm": (lambda c: (c.hidden_size,), ("embed",)),
-    "q_proj": (lambda c: (c.hidden_size, c.num_attention_heads * c.head_dim), ("embed", "q_heads")),
-    "k_proj": (lambda c: (c.hidden_size, c.num_key_value_heads * c.head_dim), ("embed", "kv_heads")),
-    "v_proj": (lambda c: (c.hidden_size, c.num_key_value_heads * c.head_dim), ("embed", "kv_heads")),
-    "o_proj": (lambda c: (c.num_attention_heads * c.head_dim, c.hidden_size), ("q_heads", "embed")),
+    "q_proj": (lambda c: (c.num_attention_heads * c.head_dim, c.hidden_size), ("q_heads", "embed")),
+    "k_proj": (lambda c: (c.num_key_value_heads * c.head_dim, c.hidden_size), ("kv_heads", "embed")),
+    "v_proj": (lambda c: (c.num_key_value_heads * c.head_dim, c.hidden_size), ("kv_heads", "embed")),
+    "o_proj": (lambda c: (c.hidden_size, c.num_attention_heads * c.head_dim), ("embed", "q_heads")),
     "q_norm": (lambda c: (c.head_dim,), ("head_dim",)),
     "k_norm": (lambda c: (c.head_dim,), ("head_dim",)),
     "post_norm": (lambda c: (c.hidden_size,), ("embed",)),
-    "gate_proj": (lambda c: (c.hidden_size, c.intermediate_size), ("embed", "mlp")),
-    "up_proj": (lambda c: (c.hidden_size, c.intermediate_size), ("embed", "mlp")),
-    "down_proj": (lambda c: (c.intermediate_size, c.hidden_size), ("mlp", "embed")),
+    "gate_proj": (lambda c: (c.intermediate_size, c.hidden_size), ("mlp", "embed")),
+    "up_proj": (lambda c: (c.intermediate_size, c.hidden_size), ("mlp", "embed")),
+    "down_proj": (lambda c: (c.hidden_size, c.intermediate_size), ("embed", "mlp")),
 }
 NORMS = ("input_norm", "q_norm", "k_norm", "post_norm")
 
 
 @chex.dataclass
 class KVCache:
-    """k, v: [L, B, K, S, E]; valid: [B, S] bool (filled, non-pad slots); next_pos: [B] int32
-    position of the next token per row; index: [] int32 next slot (shared by all rows)."""
+    """k, v: tuples of L arrays [B, K, S, E] (one per layer, each updated in place); valid:
+    [B, S] bool (filled, non-pad slots); next_pos: [B] int32 position of the next token per
+    row; index: [] int32 next slot (shared by all rows)."""
 
     k: chex.Array
     v: chex.Array
@@ -105,16 +110,22 @@ def attention(q, k, v, mask, chunk: int = 0):
     return out.reshape(b, h, t, e).transpose(0, 2, 1, 3).reshape(b, t, h * e)
 
 
+def dense(x, w):
+    """x: [..., I] times w: [O, I] -> [..., O] (a Linear layer without bias)."""
+    return jnp.einsum("...i,oi->...o", x, w)
+
+
 def _layer(config: Qwen3Config, x, w, cos, sin, mask, cache_kv=None, index=None, attn_chunk: int = 0):
     """One decoder layer. x: [B, T, D]; w: this layer's weights; cache_kv: this layer's cached
-    ([B, K, S, E] x 2), with this step's keys/values going to slot `index` (None: attend
-    within x only). Returns (x, (k, v)), this step's keys and values [B, K, T, E]."""
+    ([B, K, S, E] x 2), with this step's keys/values written at slot `index` (None: attend
+    within x only). Returns (x, (k, v)): the updated cache arrays, or without a cache this
+    step's keys and values [B, K, T, E]."""
     c = config
     b, t, _ = x.shape
     h = rms_norm(x, w["input_norm"], c.rms_norm_eps)
-    q = (h @ w["q_proj"]).reshape(b, t, c.num_attention_heads, c.head_dim)
-    k = (h @ w["k_proj"]).reshape(b, t, c.num_key_value_heads, c.head_dim)
-    v = (h @ w["v_proj"]).reshape(b, t, c.num_key_value_heads, c.head_dim)
+    q = dense(h, w["q_proj"]).reshape(b, t, c.num_attention_heads, c.head_dim)
+    k = dense(h, w["k_proj"]).reshape(b, t, c.num_key_value_heads, c.head_dim)
+    v = dense(h, w["v_proj"]).reshape(b, t, c.num_key_value_heads, c.head_dim)
     q = rms_norm(q, w["q_norm"], c.rms_norm_eps).transpose(0, 2, 1, 3)
     k = rms_norm(k, w["k_norm"], c.rms_norm_eps).transpose(0, 2, 1, 3)
     v = v.transpose(0, 2, 1, 3)
@@ -124,10 +135,10 @@ def _layer(config: Qwen3Config, x, w, cos, sin, mask, cache_kv=None, index=None,
         v_all = jax.lax.dynamic_update_slice_in_dim(cache_kv[1], v.astype(cache_kv[1].dtype), index, axis=2)
     else:
         k_all, v_all = k, v
-    x = x + attention(q, k_all.astype(q.dtype), v_all.astype(q.dtype), mask, attn_chunk) @ w["o_proj"]
+    x = x + dense(attention(q, k_all.astype(q.dtype), v_all.astype(q.dtype), mask, attn_chunk), w["o_proj"])
     h = rms_norm(x, w["post_norm"], c.rms_norm_eps)
-    x = x + (jax.nn.silu(h @ w["gate_proj"]) * (h @ w["up_proj"])) @ w["down_proj"]
-    return x, (k, v)
+    x = x + dense(jax.nn.silu(dense(h, w["gate_proj"])) * dense(h, w["up_proj"]), w["down_proj"])
+    return x, (k_all, v_all)
 
 
 class Qwen3(nnx.Module):
@@ -157,68 +168,83 @@ class Qwen3(nnx.Module):
             for name, (shape, _) in LAYER_WEIGHTS.items()})
         self.final_norm = nnx.Param(jnp.ones((c.hidden_size,), param_dtype))
         self.lm_head = None if c.tie_word_embeddings else nnx.Param(
-            init(rngs.params(), (c.hidden_size, c.vocab_size), param_dtype))
+            init(rngs.params(), (c.vocab_size, c.hidden_size), param_dtype))
 
     def init_cache(self, batch: int, length: int, dtype=None) -> KVCache:
         """An empty cache for `batch` rows of up to `length` tokens (prompt + new)."""
         c = self.config
-        shape = (c.num_hidden_layers, batch, c.num_key_value_heads, length, c.head_dim)
+        shape = (batch, c.num_key_value_heads, length, c.head_dim)
         dtype = dtype or self.dtype
-        return KVCache(k=jnp.zeros(shape, dtype), v=jnp.zeros(shape, dtype),
+        zeros = lambda: tuple(jnp.zeros(shape, dtype) for _ in range(c.num_hidden_layers))  # noqa: E731
+        return KVCache(k=zeros(), v=zeros(),
                        valid=jnp.zeros((batch, length), bool), next_pos=jnp.zeros((batch,), jnp.int32),
                        index=jnp.int32(0))
 
-    def hidden(self, input_ids, attention_mask=None, cache: KVCache | None = None):
-        """Final hidden states [B, T, D] (and the updated cache when one is given)."""
+    def stacked_layers(self) -> dict:
+        """{name: [L, ...]} layer weights in the compute dtype (norms as stored)."""
+        return {k: p.value.astype(self.dtype) if k not in NORMS else p.value for k, p in self.layers.items()}
+
+    def unstack_layers(self) -> tuple:
+        """L dicts of one layer's weights. The sampler unstacks once before its decode loop
+        and passes them to every step (`layers=`), so no step copies weights (they are a
+        second copy of the layer weights while the sampler runs)."""
+        stacked = self.stacked_layers()
+        return tuple({k: w[i] for k, w in stacked.items()} for i in range(self.config.num_hidden_layers))
+
+    def hidden(self, input_ids, attention_mask=None, cache: KVCache | None = None, layers=None):
+        """Final hidden states [B, T, D] (and the updated cache when one is given).
+
+        Without `layers` the stacked weights run under one scan (the cache's per-layer arrays
+        are stacked alongside for the call: fine for a prefill). `layers`, the output of
+        `unstack_layers()` computed once by a caller that steps repeatedly, unrolls the layers
+        instead, each updating its own cache arrays in place (a decode step)."""
         c = self.config
         b, t = input_ids.shape
         mask = jnp.ones((b, t), bool) if attention_mask is None else attention_mask.astype(bool)
+        x = self.embed.value[input_ids].astype(self.dtype)
         if cache is None:
             positions = jnp.maximum(jnp.cumsum(mask, axis=1) - 1, 0)
-            causal = jnp.tril(jnp.ones((t, t), bool))
-            attn_mask = causal[None] & mask[:, None, :]
+            attn_mask = jnp.tril(jnp.ones((t, t), bool))[None] & mask[:, None, :]
+            index = kv = None
         else:
-            positions = cache.next_pos[:, None] + jnp.cumsum(mask, axis=1) - 1
-            positions = jnp.maximum(positions, 0)
-            slots = jnp.arange(cache.valid.shape[1])
+            positions = jnp.maximum(cache.next_pos[:, None] + jnp.cumsum(mask, axis=1) - 1, 0)
             valid = jax.lax.dynamic_update_slice_in_dim(cache.valid, mask, cache.index, axis=1)
-            query_slot = cache.index + jnp.arange(t)
+            slots, query_slot = jnp.arange(cache.valid.shape[1]), cache.index + jnp.arange(t)
             attn_mask = valid[:, None, :] & (slots[None, None, :] <= query_slot[None, :, None])
+            index = cache.index
         cos, sin = rope(positions, c.head_dim, c.rope_theta)
-        x = self.embed.value[input_ids].astype(self.dtype)
-        weights = {k: p.value.astype(self.dtype) if k not in NORMS else p.value
-                   for k, p in self.layers.items()}
-        index = None if cache is None else cache.index
+        if layers is not None:
+            if cache is None:
+                raise ValueError("layers= is for calls with a cache (decode steps)")
+            new_k, new_v = [], []
+            for w, ck, cv in zip(layers, cache.k, cache.v):
+                x, (k, v) = _layer(c, x, w, cos, sin, attn_mask, (ck, cv), index)
+                new_k.append(k)
+                new_v.append(v)
+            kv = (tuple(new_k), tuple(new_v))
+        else:
+            def body(x, xs):
+                w, layer_kv = xs
+                x, layer_kv = _layer(c, x, w, cos, sin, attn_mask, layer_kv, index, self.attn_chunk)
+                return x, (layer_kv if cache is not None else None)
 
-        def body(carry, w):
-            x, kv, layer = carry
-            if kv is None:
-                x, _ = _layer(c, x, w, cos, sin, attn_mask, attn_chunk=self.attn_chunk)
-                return (x, kv, layer + 1), None
-            # The cache is a carry: each layer writes only this step's slots, in place.
-            x, (k, v) = _layer(c, x, w, cos, sin, attn_mask, (kv[0][layer], kv[1][layer]), index)
-            start = (layer, 0, 0, index, 0)
-            kv = (jax.lax.dynamic_update_slice(kv[0], k[None].astype(kv[0].dtype), start),
-                  jax.lax.dynamic_update_slice(kv[1], v[None].astype(kv[1].dtype), start))
-            return (x, kv, layer + 1), None
-
-        policy = REMAT_POLICIES[self.remat]
-        if policy is not None:
-            body = jax.checkpoint(body, policy=policy)
-        kv = None if cache is None else (cache.k, cache.v)
-        (x, new_kv, _), _ = jax.lax.scan(body, (x, kv, jnp.int32(0)), weights)
+            policy = REMAT_POLICIES[self.remat]
+            if policy is not None:
+                body = jax.checkpoint(body, policy=policy)
+            stacked_kv = None if cache is None else (jnp.stack(cache.k), jnp.stack(cache.v))
+            x, ys = jax.lax.scan(body, x, (self.stacked_layers(), stacked_kv))
+            kv = None if cache is None else (tuple(ys[0]), tuple(ys[1]))
         x = rms_norm(x, self.final_norm.value, c.rms_norm_eps)
         if cache is None:
             return x
-        new = KVCache(k=new_kv[0], v=new_kv[1], valid=valid,
-                      next_pos=cache.next_pos + jnp.sum(mask, axis=1).astype(jnp.int32),
-                      index=cache.index + t)
-        return x, new
+        return x, KVCache(k=kv[0], v=kv[1], valid=valid,
+                          next_pos=cache.next_pos + jnp.sum(mask, axis=1).astype(jnp.int32),
+                          index=cache.index + t)
 
     def logits_from_hidden(self, h):
         """[..., D] -> [..., V] logits in fp32."""
-        head = self.embed.value.T if self.lm_head is None else self.lm_head.value
-        return jnp.einsum("...d,dv->...v", h, head.astype(self.dtype), preferred_element_type=jnp.float32)
+        head = self.embed.value if self.lm_head is None else self.lm_head.value
+        return jnp.einsum("...d,vd->...v", h, head.astype(self.dtype), preferred_element_type=jnp.float32)
 
     def token_logprobs(self, h, targets, chunk: int = 256, temperature: float = 1.0,
                        with_entropy: bool = False):
@@ -246,12 +272,13 @@ class Qwen3(nnx.Module):
         out = jax.lax.map(one, (hp, tp))  # [chunks, B, chunk] (each)
         return jax.tree.map(lambda x: x.swapaxes(0, 1).reshape(b, -1)[:, :t], out)
 
-    def __call__(self, input_ids, attention_mask=None, cache: KVCache | None = None):
+    def __call__(self, input_ids, attention_mask=None, cache: KVCache | None = None, layers=None):
         """input_ids: [B, T] int; attention_mask: [B, T] (1 = token, 0 = pad).
 
         Returns logits [B, T, V] fp32, or (logits, cache) when a cache is given: its first call
-        is the prefill, later calls append one (or more) tokens per row."""
-        out = self.hidden(input_ids, attention_mask, cache)
+        is the prefill, later calls append one (or more) tokens per row (`layers`: see
+        `hidden`)."""
+        out = self.hidden(input_ids, attention_mask, cache, layers)
         if cache is None:
             return self.logits_from_hidden(out)
         return self.logits_from_hidden(out[0]), out[1]

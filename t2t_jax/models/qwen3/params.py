@@ -1,8 +1,8 @@
 """Hugging Face interop: `from_pretrained` / `save_pretrained` over safetensors.
 
 Only safetensors are read (a single `model.safetensors` or shards listed in
-`model.safetensors.index.json`); config.json must describe a dense Qwen3. HF keeps Linear weights
-as [out, in]; here they are [in, out] and the layers are stacked on a leading axis. With a mesh,
+`model.safetensors.index.json`); config.json must describe a dense Qwen3. Weights keep HF's
+layouts (Linear [out, in]); the layers are stacked on a leading axis. With a mesh,
 every weight is built shard by shard with `jax.make_array_from_callback`, each shard reading only
 its slice of the file (memory-mapped), so no host or device ever holds the whole model.
 """
@@ -22,22 +22,21 @@ from safetensors.numpy import save_file
 from t2t_jax.models.qwen3.model import Qwen3
 from t2t_jax.models.qwen3.presets import Qwen3Config
 
-# Our stacked layer weight -> (HF name inside model.layers.{i}., transposed?)
+# Our stacked layer weight -> HF name inside model.layers.{i}.
 HF_LAYER = {
-    "input_norm": ("input_layernorm.weight", False),
-    "q_proj": ("self_attn.q_proj.weight", True),
-    "k_proj": ("self_attn.k_proj.weight", True),
-    "v_proj": ("self_attn.v_proj.weight", True),
-    "o_proj": ("self_attn.o_proj.weight", True),
-    "q_norm": ("self_attn.q_norm.weight", False),
-    "k_norm": ("self_attn.k_norm.weight", False),
-    "post_norm": ("post_attention_layernorm.weight", False),
-    "gate_proj": ("mlp.gate_proj.weight", True),
-    "up_proj": ("mlp.up_proj.weight", True),
-    "down_proj": ("mlp.down_proj.weight", True),
+    "input_norm": "input_layernorm.weight",
+    "q_proj": "self_attn.q_proj.weight",
+    "k_proj": "self_attn.k_proj.weight",
+    "v_proj": "self_attn.v_proj.weight",
+    "o_proj": "self_attn.o_proj.weight",
+    "q_norm": "self_attn.q_norm.weight",
+    "k_norm": "self_attn.k_norm.weight",
+    "post_norm": "post_attention_layernorm.weight",
+    "gate_proj": "mlp.gate_proj.weight",
+    "up_proj": "mlp.up_proj.weight",
+    "down_proj": "mlp.down_proj.weight",
 }
-HF_GLOBAL = {"embed": ("model.embed_tokens.weight", False), "final_norm": ("model.norm.weight", False),
-             "lm_head": ("lm_head.weight", True)}
+HF_GLOBAL = {"embed": "model.embed_tokens.weight", "final_norm": "model.norm.weight", "lm_head": "lm_head.weight"}
 
 
 class CheckpointError(ValueError):
@@ -83,30 +82,21 @@ class _Reader:
         return tuple(self._tensor(name).get_shape())
 
 
-def _hf_names(config: Qwen3Config, name: str) -> tuple[list[str], bool]:
+def _hf_names(config: Qwen3Config, name: str) -> list[str]:
     if name in HF_LAYER:
-        suffix, transposed = HF_LAYER[name]
-        return [f"model.layers.{i}.{suffix}" for i in range(config.num_hidden_layers)], transposed
-    hf, transposed = HF_GLOBAL[name]
-    return [hf], transposed
+        return [f"model.layers.{i}.{HF_LAYER[name]}" for i in range(config.num_hidden_layers)]
+    return [HF_GLOBAL[name]]
 
 
-def _loader(reader, names, transposed, stacked, dtype):
+def _loader(reader, names, stacked, dtype):
     """index (tuple of slices over our shape) -> numpy block."""
     def load(index):
         index = tuple(index)
-        if stacked:
-            layer_idx, rest = index[0], index[1:]
-            layers = range(len(names))[layer_idx]
-        else:
-            layers, rest = [0], index
-        hf_index = tuple(reversed(rest)) if transposed else rest
-        blocks = []
-        for i in layers:
-            block = np.asarray(reader.slice(names[i], hf_index))
-            blocks.append(block.T if transposed else block)
-        out = np.stack(blocks) if stacked else blocks[0]
-        return out.astype(dtype)
+        if not stacked:
+            return np.asarray(reader.slice(names[0], index)).astype(dtype)
+        layer_idx, rest = index[0], index[1:]
+        return np.stack([np.asarray(reader.slice(names[i], rest))
+                         for i in range(len(names))[layer_idx]]).astype(dtype)
     return load
 
 
@@ -129,16 +119,14 @@ def from_pretrained(path: str, dtype=jnp.float32, mesh=None, rules=None, **model
     model = nnx.eval_shape(lambda: Qwen3(config, dtype=dtype, param_dtype=dtype, **model_kw))
     np_dtype = np.dtype(jnp.dtype(dtype))
     for name, param in named_params(model).items():
-        names, transposed = _hf_names(config, name)
+        names = _hf_names(config, name)
         stacked = name in HF_LAYER
         expect = param.value.shape[1:] if stacked else param.value.shape
         for n in names:
             shape = reader.shape(n)
-            got = tuple(reversed(shape)) if transposed else shape
-            if got != tuple(expect):
-                raise CheckpointError(f"tensor {n!r} has shape {list(shape)}, expected "
-                                      f"{list(reversed(expect)) if transposed else list(expect)}")
-        load = _loader(reader, names, transposed, stacked, np_dtype)
+            if shape != tuple(expect):
+                raise CheckpointError(f"tensor {n!r} has shape {list(shape)}, expected {list(expect)}")
+        load = _loader(reader, names, stacked, np_dtype)
         shape = param.value.shape
         if mesh is None:
             param.value = jnp.asarray(load(tuple(slice(None) for _ in shape)))
@@ -167,10 +155,9 @@ def save_pretrained(model: Qwen3, path: str) -> None:
     tensors = {}
     for name, param in named_params(model).items():
         value = np.asarray(jax.device_get(param.value))
-        names, transposed = _hf_names(config, name)
         blocks = value if name in HF_LAYER else value[None]
-        for n, block in zip(names, blocks):
-            tensors[n] = np.ascontiguousarray(block.T if transposed else block)
+        for n, block in zip(_hf_names(config, name), blocks):
+            tensors[n] = np.ascontiguousarray(block)
     hf = config.to_hf()
     hf["torch_dtype"] = str(np.dtype(jnp.dtype(model.embed.value.dtype)))
     tmp_st = tempfile.mktemp(dir=path, suffix=".tmp")
