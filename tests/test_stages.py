@@ -15,11 +15,20 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "JAX_PLATFORMS": "cpu"}
+CACHE = ""  # set by the compilation_cache fixture
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compilation_cache(tmp_path_factory):
+    """One persistent compilation cache for this module's runs: the first run compiles, the
+    others (resume, eval, kill tests) reuse it."""
+    global CACHE
+    CACHE = str(tmp_path_factory.mktemp("jax_cache"))
 
 
 def launch(workdir, *extra, wait=True):
     cmd = [sys.executable, "-m", "launch.main", "--config=configs/stage.py:smoke", f"--workdir={workdir}",
-           "--noprogress", *extra]
+           "--noprogress", f"--config.compilation_cache={CACHE}", *extra]
     if not wait:
         return subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
@@ -63,12 +72,14 @@ def test_full_run_writes_everything(run):
         assert tag in tags["scalars"], tag
     assert "samples" in tags["tensors"] and "engineer/proposal" in tags["tensors"]
     assert "failures" in tags["images"]
+    assert os.listdir(CACHE)  # the run filled the persistent compilation cache
 
 
 def test_existing_workdir_needs_resume(run):
     workdir, _ = run
     out = subprocess.run([sys.executable, "-m", "launch.main", "--config=configs/stage.py:smoke",
-                          f"--workdir={workdir}", "--noprogress"], cwd=ROOT, env=ENV, capture_output=True,
+                          f"--workdir={workdir}", "--noprogress", f"--config.compilation_cache={CACHE}"],
+                         cwd=ROOT, env=ENV, capture_output=True,
                          text=True, timeout=600)
     assert out.returncode != 0 and "pass --resume" in out.stderr
 

@@ -40,6 +40,7 @@ from t2t_jax.env import distances
 from t2t_jax.env.config import EnvConfig, hole_count
 from t2t_jax.env.types import Boards, UNKNOWN, inside
 
+PAD_BUCKETS = 8  # the bucket axis is padded to a multiple of this (see Generator)
 CORRIDORS = -1  # GenInfo.source of boards made by tier 3
 LINE = -2  # ... and by tier 4
 
@@ -58,7 +59,9 @@ class Generator:
 
     Args:
       config: the mixture to draw from. Its numbers are arguments of one module-level jitted
-        function, so configs with the same number of buckets and padding share a compilation.
+        function, and the bucket axis is padded to a multiple of PAD_BUCKETS (weight 0), so every
+        config with the same padding (max_size, max_agents) and up to PAD_BUCKETS buckets
+        shares one compilation (a stage loop whose engineer edits the buckets compiles once).
       candidates: uniform layouts tried per board before the corridor fallback (each one after
         the first costs only in batches where some board still needs it).
     """
@@ -67,8 +70,13 @@ class Generator:
         self.config = config
         self.candidates = candidates
         b = config.buckets
+        b = b + (b[0],) * (-len(b) % PAD_BUCKETS)  # padding buckets, never drawn
+        weights = np.zeros(len(b))
+        weights[:len(config.buckets)] = config.weights
+        with np.errstate(divide="ignore"):
+            log_w = np.log(weights).astype(np.float32)
         self.axes = {
-            "log_w": np.log(config.weights).astype(np.float32),
+            "log_w": log_w,
             "size": np.array([x.size for x in b], np.int32),
             "agents": np.array([x.agents for x in b], np.int32),
             "density": np.array([x.hole_density for x in b], np.float32),
