@@ -17,7 +17,8 @@ from configs.common import base
 
 def get_config(arg: str = ""):
     c = base()
-    c.model.update(preset="qwen3-4b", checkpoint="", dtype="bfloat16", remat="full")
+    # attn_chunk 512 and micro-batches of 32 sequences: what fits v5e-16 (README, AOT tables)
+    c.model.update(preset="qwen3-4b", checkpoint="", dtype="bfloat16", remat="full", attn_chunk=512)
     c.mesh = {"data": 1, "fsdp": -1, "tensor": 1}
     c.env.initial = json.dumps({"max_size": 10, "max_agents": 5, "buckets": [
         {"size": [3, 5], "agents": 2, "hole_density": [0.0, 0.2], "min_distance": 1, "weight": 1.0},

@@ -47,7 +47,7 @@ flags.DEFINE_string("param_dtype", "float32", "Master weight dtype (compute is b
 flags.DEFINE_integer("logits_chunk", 256, "Tokens per logits chunk (never [B, T, V] at once).")
 flags.DEFINE_integer("attn_chunk", 0, "Query block of memory-efficient attention (0: full attention).")
 flags.DEFINE_list("what", ["train"], "What to compile: train (the update) and/or decode (one sampler step).")
-flags.DEFINE_integer("decode_batch", 256, "Rows of the decode step (prompts x samples).")
+flags.DEFINE_integer("decode_batch", 64, "Rows of the decode step (prompts x samples: 8 x 8).")
 flags.DEFINE_integer("decode_length", 8192, "KV cache length of the decode step (prompt + new tokens).")
 
 HBM = {"TPU v4": 32 * 2**30, "TPU v5 lite": 16 * 2**30, "TPU v5": 95 * 2**30, "TPU v5p": 95 * 2**30,

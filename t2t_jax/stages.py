@@ -74,10 +74,11 @@ def setup_compilation_cache(path: str) -> None:
 def build_model(config, mesh):
     """The policy: a local HF checkpoint, or a preset with fresh weights."""
     dtype = jnp.dtype(config.model.dtype)
+    kw = dict(remat=config.model.remat, attn_chunk=config.model.attn_chunk)
     if config.model.checkpoint:
-        return qwen3.from_pretrained(config.model.checkpoint, dtype=dtype, mesh=mesh, remat=config.model.remat)
+        return qwen3.from_pretrained(config.model.checkpoint, dtype=dtype, mesh=mesh, **kw)
     model = qwen3.Qwen3(qwen3.PRESETS[config.model.preset], dtype=dtype, param_dtype=dtype,
-                        remat=config.model.remat, rngs=nnx.Rngs(config.seed))
+                        rngs=nnx.Rngs(config.seed), **kw)
     return shd.shard_model(model, mesh) if mesh is not None else model
 
 

@@ -95,16 +95,19 @@ def attention(q, k, v, mask, chunk: int = 0):
     """q: [B, H, T, E]; k, v: [B, K, S, E]; mask: [B, T, S] bool -> [B, T, H * E].
 
     Grouped-query: each kv head serves H / K query heads. Softmax in fp32. With `chunk` > 0 and
-    T > chunk, queries go in blocks of `chunk` under `lax.map`, each block rematerialised in the
-    backward pass: the [H, T, S] scores never exist at once (peak [H, chunk, S])."""
+    T > chunk, queries go in blocks of `chunk` under `lax.map` (T padded up to a multiple),
+    each block rematerialised in the backward pass: the [H, T, S] scores never exist at once
+    (peak [H, chunk, S])."""
     b, h, t, e = q.shape
-    kv = k.shape[1]
-    q = q.reshape(b, kv, h // kv, t, e)
-    if chunk and t > chunk and t % chunk == 0:
-        qc = q.reshape(b, kv, h // kv, t // chunk, chunk, e).transpose(3, 0, 1, 2, 4, 5)
-        mc = mask.reshape(b, t // chunk, chunk, -1).transpose(1, 0, 2, 3)
+    kv, g = k.shape[1], h // k.shape[1]
+    q = q.reshape(b, kv, g, t, e)
+    if chunk and t > chunk:
+        pad, n = -t % chunk, -(-t // chunk)
+        qc = jnp.pad(q, ((0, 0),) * 3 + ((0, pad), (0, 0))).reshape(b, kv, g, n, chunk, e)
+        mc = jnp.pad(mask, ((0, 0), (0, pad), (0, 0))).reshape(b, n, chunk, -1)
         block = jax.checkpoint(lambda args: _attend(args[0], k, v, args[1]))
-        out = jax.lax.map(block, (qc, mc)).transpose(1, 2, 3, 0, 4, 5).reshape(b, kv, h // kv, t, e)
+        out = jax.lax.map(block, (qc.transpose(3, 0, 1, 2, 4, 5), mc.transpose(1, 0, 2, 3)))
+        out = out.transpose(1, 2, 3, 0, 4, 5).reshape(b, kv, g, n * chunk, e)[:, :, :, :t]
     else:
         out = _attend(q, k, v, mask)
     return out.reshape(b, h, t, e).transpose(0, 2, 1, 3).reshape(b, t, h * e)
@@ -149,8 +152,8 @@ class Qwen3(nnx.Module):
       dtype: compute dtype (activations, matmuls); norms and softmax accumulate in fp32.
       param_dtype: storage dtype of the weights.
       remat: "none", "full" or "dots" (what the backward pass may keep), see REMAT_POLICIES.
-      attn_chunk: query block size of memory-efficient attention for long sequences (0: off;
-        used when the length is a multiple of it), see `attention`.
+      attn_chunk: query block size of memory-efficient attention for sequences longer than it
+        (0: off), see `attention`.
     """
 
     def __init__(self, config: Qwen3Config, *, dtype=jnp.float32, param_dtype=jnp.float32,
@@ -205,7 +208,7 @@ class Qwen3(nnx.Module):
         if cache is None:
             positions = jnp.maximum(jnp.cumsum(mask, axis=1) - 1, 0)
             attn_mask = jnp.tril(jnp.ones((t, t), bool))[None] & mask[:, None, :]
-            index = kv = None
+            index = None
         else:
             positions = jnp.maximum(cache.next_pos[:, None] + jnp.cumsum(mask, axis=1) - 1, 0)
             valid = jax.lax.dynamic_update_slice_in_dim(cache.valid, mask, cache.index, axis=1)
