@@ -13,8 +13,8 @@ handful of shapes). The `n` samples of a prompt share one prefill: its cache row
 before decoding, and row i * n + j is sample j of prompt i. The decode loop is a
 `lax.while_loop` that stops when every row has stopped or at the budget; the cache lives inside
 the compiled call and is updated in place, and the layer weights are unstacked once before the
-loop (`Qwen3.unstack_layers`), so no step copies them. Sampling parameters (temperature, top_k, top_p, the
-seed) are traced, so changing them does not recompile; the shapes and `n` are static. Each step
+loop (`Qwen3.unstack_layers`), so no step copies them. Sampling parameters (temperature, top_k,
+top_p, the seed) are traced, so changing them does not recompile; the shapes and `n` are static. Each step
 draws with `fold_in(key, step)` and each row with `fold_in(step_key, row)`. A `constraint`
 (constrained.py) masks each step's logits to the tokens its automaton allows.
 """
