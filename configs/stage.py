@@ -7,9 +7,9 @@ on a 2-core CPU in minutes.
 
 The tiny model starts from random weights, so an SFT warm start on certified optimal plans
 (canonical straight plans where valid, see t2t_jax/rl/sft.py) comes first, with the `offsets`
-prompt (the board and each agent's displacement). GRPO starts on 3-agent boards up to 5x5 and 2-agent ones up to 4x4;
-the benchmark points use a fixed subset (30 boards per cell at the first and last point, 6
-between).
+prompt (the board and each agent's displacement). GRPO starts on 3-agent boards up to 5x5 and
+2-agent ones up to 4x4; the benchmark points use a fixed subset (30 boards per cell at the first
+and last point, 6 between).
 """
 import json
 

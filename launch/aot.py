@@ -122,7 +122,10 @@ def compile_decode(config, topo_name, axes):
                           index=jax.ShapeDtypeStruct((), jnp.int32, sharding=NamedSharding(mesh, PartitionSpec())))
     tok = jax.ShapeDtypeStruct((b, 1), jnp.int32, sharding=sharding.batch_sharding(mesh))
 
-    def step(params, cache, tok):  # as in the sampler's loop: per-layer weights, unrolled layers
+    # The step as the sampler's loop runs it (unrolled layers over per-layer weights), except that
+    # the weights are sliced here per step; the sampler slices once per generation and holds that
+    # copy beside the params (one more weight copy per chip, not in these figures).
+    def step(params, cache, tok):
         model = nnx.merge(graphdef, params)
         logits, cache = model(tok, jnp.ones(tok.shape, bool), cache=cache, layers=model.unstack_layers())
         return jnp.argmax(logits[:, -1], -1), cache
