@@ -34,7 +34,7 @@ from flax import nnx  # noqa: E402
 from jax.experimental import topologies  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec  # noqa: E402
 
-from t2t_jax import sharding  # noqa: E402
+from t2t_jax import hostenv, sharding  # noqa: E402
 from t2t_jax.models import qwen3  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -176,4 +176,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    hostenv.reexec_with_malloc_tunables()
     app.run(main)

@@ -30,6 +30,7 @@ import jax
 import numpy as np
 from absl import app, flags
 
+from t2t_jax import hostenv
 from t2t_jax.env import distances, io, reference, solver
 from t2t_jax.env.certified import CertifiedGenerator
 from t2t_jax.env.config import make_config
@@ -220,4 +221,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    hostenv.reexec_with_malloc_tunables()
     app.run(main)

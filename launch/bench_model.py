@@ -9,7 +9,9 @@ next-token cross-entropy (`train_step_*`); a whole GRPO update (`grpo_update_*`:
 Trainer step, prompt + completion of --length tokens, chunked log-probs, the clipped dapo loss
 and AdamW) against a PyTorch forward + backward of the same batch; and greedy decoding with a KV cache
 (`decode_*`: our Sampler against `transformers` `generate`, both producing exactly
---new_tokens tokens per row).
+--new_tokens tokens per row). Each pair is timed alternately (`paired`), best of --repeats. Like
+every launcher it restarts itself with glibc's huge-page malloc tunable (t2t_jax/hostenv.py),
+which both frameworks then run under.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ import numpy as np
 from absl import app, flags
 from flax import nnx
 
+from t2t_jax import hostenv
 from t2t_jax.models import qwen3
 
 FLAGS = flags.FLAGS
@@ -37,14 +40,17 @@ flags.DEFINE_integer("prompt", 32, "Prompt tokens for decoding.")
 flags.DEFINE_integer("new_tokens", 32, "New tokens per row for decoding.")
 
 
-def best(fn, repeats):
-    fn()
-    times = []
+def paired(ours, baseline, repeats):
+    """Best-of-`repeats` seconds of two callables, timed alternately after one warm-up call of
+    each, so that a slow spell of a shared machine hits both sides alike."""
+    ours(), baseline()
+    times = ([], [])
     for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
+        for fn, out in zip((ours, baseline), times):
+            t = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - t)
+    return min(times[0]), min(times[1])
 
 
 def emit(name, batch, ours, baseline, base, **extra):
@@ -69,7 +75,6 @@ def bench_train(shape, batch, length):
         ref = transformers.Qwen3ForCausalLM.from_pretrained(tmp, attn_implementation="sdpa").train()
     step = nnx.jit(lambda m, x: nnx.value_and_grad(loss_fn)(m, x))
     x = jnp.asarray(ids)
-    ours = batch * length / best(lambda: jax.block_until_ready(step(model, x)), FLAGS.repeats)
     t_ids = torch.tensor(ids)
 
     def torch_step():
@@ -77,8 +82,9 @@ def bench_train(shape, batch, length):
         out = ref(input_ids=t_ids[:, :-1], labels=None).logits
         loss = torch.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), t_ids[:, 1:].reshape(-1))
         loss.backward()
-    base = batch * length / best(torch_step, FLAGS.repeats)
-    emit(f"train_step_{shape}", batch, ours, "transformers_pytorch_cpu", base, length=length,
+    ours, base = paired(lambda: jax.block_until_ready(step(model, x)), torch_step, FLAGS.repeats)
+    emit(f"train_step_{shape}", batch, batch * length / ours, "transformers_pytorch_cpu", batch * length / base,
+         length=length,
          params=qwen3.num_params(config), torch_threads=torch.get_num_threads())
 
 
@@ -112,7 +118,6 @@ def bench_grpo(shape, batch, length):
     def ours_step():
         state[0], metrics = trainer.update(state[0], batch_arrays)
         jax.block_until_ready(metrics["loss"])
-    ours = batch * length / best(ours_step, FLAGS.repeats)
     t_ids = torch.tensor(np.concatenate([data["prompt_ids"], data["completion_ids"]], 1), dtype=torch.long)
 
     def torch_step():
@@ -120,8 +125,9 @@ def bench_grpo(shape, batch, length):
         logits = ref(input_ids=t_ids).logits[:, p - 1:-1]
         logp = torch.log_softmax(logits.float(), -1).gather(-1, t_ids[:, p:, None])[..., 0]
         (-logp.mean()).backward()
-    base = batch * length / best(torch_step, FLAGS.repeats)
-    emit(f"grpo_update_{shape}", batch, ours, "transformers_pytorch_cpu_fwd_bwd", base, length=length)
+    ours, base = paired(ours_step, torch_step, FLAGS.repeats)
+    emit(f"grpo_update_{shape}", batch, batch * length / ours, "transformers_pytorch_cpu_fwd_bwd",
+         batch * length / base, length=length)
 
 
 def bench_decode(shape):
@@ -139,22 +145,22 @@ def bench_decode(shape):
         ids = np.random.default_rng(batch).integers(1, config.vocab_size, (batch, FLAGS.prompt))
         mask = np.ones_like(ids, bool)
         new = FLAGS.new_tokens
-        ours = batch * new / best(lambda: jax.block_until_ready(
-            sampler.generate(ids, mask, max_new_tokens=new).tokens), FLAGS.repeats)
         t_ids, t_mask = torch.tensor(ids), torch.tensor(mask.astype(np.int64))
 
         def hf():
             with torch.no_grad():
                 ref.generate(input_ids=t_ids, attention_mask=t_mask, max_new_tokens=new, min_new_tokens=new,
                              do_sample=False, pad_token_id=0, use_cache=True)
-        base = batch * new / best(hf, FLAGS.repeats)
-        emit(f"decode_{shape}", batch, ours, "transformers_generate_greedy", base, prompt=FLAGS.prompt,
-             new_tokens=new)
+        ours, base = paired(lambda: jax.block_until_ready(
+            sampler.generate(ids, mask, max_new_tokens=new).tokens), hf, FLAGS.repeats)
+        emit(f"decode_{shape}", batch, batch * new / ours, "transformers_generate_greedy", batch * new / base,
+             prompt=FLAGS.prompt, new_tokens=new)
 
 
 def main(argv):
     del argv
-    print(json.dumps({"name": "platform", "backend": jax.default_backend(), "cpus": os.cpu_count()}), flush=True)
+    print(json.dumps({"name": "platform", "backend": jax.default_backend(), "cpus": os.cpu_count(),
+                      "glibc_tunables": os.environ.get("GLIBC_TUNABLES", "")}), flush=True)
     benches = {"train": lambda s: bench_train(s, FLAGS.batch, FLAGS.length),
                "grpo": lambda s: bench_grpo(s, FLAGS.batch, FLAGS.length), "decode": bench_decode}
     unknown = set(FLAGS.benches) - set(benches)
@@ -166,4 +172,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    hostenv.reexec_with_malloc_tunables()
     app.run(main)

@@ -13,6 +13,8 @@ import os
 
 from absl import app, flags, logging
 
+from t2t_jax import hostenv
+
 _RUN = flags.DEFINE_string("run", "", "A launch.main workdir (its config.json and latest checkpoint).")
 _HF = flags.DEFINE_string("hf", "", "A local Hugging Face Qwen3 checkpoint directory.")
 _OUT = flags.DEFINE_string("out", "", "Output directory (default: the run's workdir, or ./eval_<name>).")
@@ -58,4 +60,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    hostenv.reexec_with_malloc_tunables()
     app.run(main)

@@ -6,6 +6,8 @@ See t2t_jax/stages.py for what a run does and writes.
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from t2t_jax import hostenv
+
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/stage.py", "The run's config file.")
 _WORKDIR = flags.DEFINE_string("workdir", "runs/default", "Where checkpoints, logs and results go.")
 _RESUME = flags.DEFINE_bool("resume", False, "Continue the run in --workdir from its latest checkpoint.")
@@ -24,4 +26,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    hostenv.reexec_with_malloc_tunables()
     app.run(main)

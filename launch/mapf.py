@@ -25,6 +25,7 @@ import numpy as np
 from absl import app, flags
 from tqdm import tqdm
 
+from t2t_jax import hostenv
 from t2t_jax.env import io, solver
 from t2t_jax.env.certified import CertifiedGenerator
 from t2t_jax.env.config import ConfigError, load_config
@@ -195,4 +196,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    hostenv.reexec_with_malloc_tunables()
     app.run(main)
