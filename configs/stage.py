@@ -7,9 +7,10 @@ on a 2-core CPU in minutes.
 
 The tiny model starts from random weights, so an SFT warm start on certified optimal plans
 (canonical straight plans where valid, see t2t_jax/rl/sft.py) comes first, with the `offsets`
-prompt (the board and each agent's displacement). GRPO starts on 3-agent boards up to 5x5 and
-2-agent ones up to 4x4; the benchmark points use a fixed subset (30 boards per cell at the first
-and last point, 6 between).
+prompt (the board and each agent's displacement), on 2- and 3-agent boards of every benchmark
+size (3x3 to 10x10; on sizes 3-6 only it left the 7x7-10x10 cells at zero). GRPO then trains on
+3-agent boards of all sizes, keeping only groups whose rewards differ (dynamic sampling); the
+benchmark points use a fixed subset (30 boards per cell at the first and last point, 6 between).
 """
 import json
 
@@ -23,17 +24,18 @@ def get_config(arg: str = ""):
     # hold a success to learn from.
     c.rollout.update(max_new_tokens=64, prompt_style="offsets", temperature=0.7)
     c.train.update(temperature=0.7)
-    # 3-agent boards (the benchmark's smallest agent count) where the warm start has some
-    # valid plans, and 2-agent boards where it has more.
+    # 3-agent boards (the benchmark's smallest agent count) of every size.
     c.env.initial = json.dumps({"max_size": 10, "max_agents": 5, "buckets": [
-        {"size": [3, 5], "agents": 3, "hole_density": [0.0, 0.3], "min_distance": 1, "weight": 2.0},
-        {"size": [3, 4], "agents": 2, "hole_density": [0.0, 0.3], "min_distance": 1, "weight": 1.0}]})
-    c.sft.update(steps=600, batch_size=16, boards=4096, learning_rate=3e-3, warmup_steps=10,
-                 targets="canonical", answer_length=48,
+        {"size": [3, 10], "agents": 3, "hole_density": [0.0, 0.4], "min_distance": 1}]})
+    c.sft.update(steps=800, batch_size=16, boards=4096, learning_rate=3e-3, warmup_steps=10,
+                 targets="canonical", answer_length=64,
                  env=json.dumps({"max_size": 10, "max_agents": 5, "buckets": [
-                     {"size": [3, 6], "agents": [2, 3], "hole_density": [0.0, 0.4], "min_distance": 1}]}))
-    c.grpo.update(steps=24, prompts=4, group_size=8, loss_type="dapo", beta=0.0)
-    c.optim.update(learning_rate=3e-5, warmup_steps=4, decay_steps=72)
+                     {"size": [3, 10], "agents": [2, 3], "hole_density": [0.0, 0.4], "min_distance": 1}]}))
+    # Up to 3 rounds of 8 boards per step, keeping the groups whose rewards differ (most groups of
+    # the warm-started model are all-invalid or all-valid and carry no advantage).
+    c.grpo.update(steps=16, prompts=8, group_size=8, loss_type="dapo", beta=0.0, dynamic_sampling=True,
+                  dynamic_sampling_rounds=2)
+    c.optim.update(learning_rate=3e-5, warmup_steps=4, decay_steps=48)
     c.engineer.update(failure_cases=2)
     c.eval.update(per_cell=30, mid_per_cell=6, heldout=32, batch_size=64)
     c.checkpoint.update(every=50)
@@ -41,7 +43,7 @@ def get_config(arg: str = ""):
         c.stages = 2
         c.env.update(chunk=64)  # boards per device call of the certified generator
         c.sft.update(steps=2, batch_size=4, boards=64)
-        c.grpo.update(steps=2, prompts=2, group_size=2)
+        c.grpo.update(steps=2, prompts=2, group_size=2, dynamic_sampling_rounds=1)
         c.engineer.update(failure_cases=1, max_edits=1, max_tokens=200)
         c.eval.update(per_cell=1, mid_per_cell=1, heldout=8, batch_size=16)
         c.checkpoint.update(every=1)

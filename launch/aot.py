@@ -20,6 +20,10 @@ seconds, per-device `argument_bytes`, `output_bytes`, `temp_bytes`, `alias_bytes
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # restart with the malloc tunable before jax loads: t2t_jax/hostenv.py
+    from t2t_jax import hostenv
+    hostenv.reexec_with_malloc_tunables()
+
 import json
 import os
 import time
@@ -34,7 +38,7 @@ from flax import nnx  # noqa: E402
 from jax.experimental import topologies  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec  # noqa: E402
 
-from t2t_jax import hostenv, sharding  # noqa: E402
+from t2t_jax import sharding  # noqa: E402
 from t2t_jax.models import qwen3  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -176,5 +180,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    hostenv.reexec_with_malloc_tunables()
     app.run(main)

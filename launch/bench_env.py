@@ -19,6 +19,10 @@ Prints one JSON object per line with `name`, `batch`, `ours_per_s`, `baseline`,
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # restart with the malloc tunable before jax loads: t2t_jax/hostenv.py
+    from t2t_jax import hostenv
+    hostenv.reexec_with_malloc_tunables()
+
 import json
 import os
 import random
@@ -30,7 +34,6 @@ import jax
 import numpy as np
 from absl import app, flags
 
-from t2t_jax import hostenv
 from t2t_jax.env import distances, io, reference, solver
 from t2t_jax.env.certified import CertifiedGenerator
 from t2t_jax.env.config import make_config
@@ -221,5 +224,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    hostenv.reexec_with_malloc_tunables()
     app.run(main)

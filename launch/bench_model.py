@@ -15,6 +15,10 @@ which both frameworks then run under.
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # restart with the malloc tunable before jax loads: t2t_jax/hostenv.py
+    from t2t_jax import hostenv
+    hostenv.reexec_with_malloc_tunables()
+
 import json
 import os
 import tempfile
@@ -26,7 +30,6 @@ import numpy as np
 from absl import app, flags
 from flax import nnx
 
-from t2t_jax import hostenv
 from t2t_jax.models import qwen3
 
 FLAGS = flags.FLAGS
@@ -84,8 +87,7 @@ def bench_train(shape, batch, length):
         loss.backward()
     ours, base = paired(lambda: jax.block_until_ready(step(model, x)), torch_step, FLAGS.repeats)
     emit(f"train_step_{shape}", batch, batch * length / ours, "transformers_pytorch_cpu", batch * length / base,
-         length=length,
-         params=qwen3.num_params(config), torch_threads=torch.get_num_threads())
+         length=length, params=qwen3.num_params(config), torch_threads=torch.get_num_threads())
 
 
 def bench_grpo(shape, batch, length):
@@ -172,5 +174,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    hostenv.reexec_with_malloc_tunables()
     app.run(main)

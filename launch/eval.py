@@ -8,12 +8,14 @@ ours, mean completion tokens per cell) and heatmap.png.
     python -m launch.eval --run=runs/default --per_cell=30
     python -m launch.eval --hf=/ckpt/Qwen3-4B --enable_thinking --max_new_tokens=8192 --out=eval_base
 """
+if __name__ == "__main__":  # restart with the malloc tunable before jax loads: t2t_jax/hostenv.py
+    from t2t_jax import hostenv
+    hostenv.reexec_with_malloc_tunables()
+
 import json
 import os
 
 from absl import app, flags, logging
-
-from t2t_jax import hostenv
 
 _RUN = flags.DEFINE_string("run", "", "A launch.main workdir (its config.json and latest checkpoint).")
 _HF = flags.DEFINE_string("hf", "", "A local Hugging Face Qwen3 checkpoint directory.")
@@ -60,5 +62,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    hostenv.reexec_with_malloc_tunables()
     app.run(main)

@@ -3,10 +3,12 @@
 Any config field is a flag: `--config.grpo.steps=20 --config.engineer.kind=frontier`.
 See t2t_jax/stages.py for what a run does and writes.
 """
+if __name__ == "__main__":  # restart with the malloc tunable before jax loads: t2t_jax/hostenv.py
+    from t2t_jax import hostenv
+    hostenv.reexec_with_malloc_tunables()
+
 from absl import app, flags, logging
 from ml_collections import config_flags
-
-from t2t_jax import hostenv
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/stage.py", "The run's config file.")
 _WORKDIR = flags.DEFINE_string("workdir", "runs/default", "Where checkpoints, logs and results go.")
@@ -26,5 +28,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    hostenv.reexec_with_malloc_tunables()
     app.run(main)

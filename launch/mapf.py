@@ -17,6 +17,10 @@ of the boards (optionally `"truncated": true`), read by t2t_jax.text.parsing. `v
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # restart with the malloc tunable before jax loads: t2t_jax/hostenv.py
+    from t2t_jax import hostenv
+    hostenv.reexec_with_malloc_tunables()
+
 import json
 import sys
 
@@ -25,7 +29,6 @@ import numpy as np
 from absl import app, flags
 from tqdm import tqdm
 
-from t2t_jax import hostenv
 from t2t_jax.env import io, solver
 from t2t_jax.env.certified import CertifiedGenerator
 from t2t_jax.env.config import ConfigError, load_config
@@ -196,5 +199,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    hostenv.reexec_with_malloc_tunables()
     app.run(main)

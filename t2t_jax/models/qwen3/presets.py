@@ -62,7 +62,7 @@ class Qwen3Config:
 
 PRESETS = {
     # Sized for the embedded tokenizer (1,024 tokens) and a 2-core CPU: about 0.72M parameters,
-    # ~0.5 s per SFT step of 16 boards, so the embedded default's warm start reaches a few
+    # ~0.35-0.55 s per SFT step of 16 boards, so the embedded default's warm start reaches a few
     # percent valid on the benchmark within its budget (a 3.4M shape was 3x slower per step
     # and had learned nothing usable at the same wall time).
     "tiny": Qwen3Config(vocab_size=1024, hidden_size=128, intermediate_size=384, num_hidden_layers=3,
