@@ -9,7 +9,7 @@ The tiny model starts from random weights, so an SFT warm start on certified opt
 (canonical straight plans where valid, see t2t_jax/rl/sft.py) comes first, with the `offsets`
 prompt (the board and each agent's displacement), on 2- and 3-agent boards of every benchmark
 size (3x3 to 10x10; on sizes 3-6 only it left the 7x7-10x10 cells at zero). GRPO then trains on
-3-agent boards of all sizes, keeping only groups whose rewards differ (dynamic sampling); the
+3-agent boards of all sizes, preferring groups whose rewards differ (dynamic sampling); the
 benchmark points use a fixed subset (30 boards per cell at the first and last point, 6 between).
 """
 import json
@@ -31,8 +31,9 @@ def get_config(arg: str = ""):
                  targets="canonical", answer_length=64,
                  env=json.dumps({"max_size": 10, "max_agents": 5, "buckets": [
                      {"size": [3, 10], "agents": [2, 3], "hole_density": [0.0, 0.4], "min_distance": 1}]}))
-    # Up to 3 rounds of 8 boards per step, keeping the groups whose rewards differ (most groups of
-    # the warm-started model are all-invalid or all-valid and carry no advantage).
+    # Up to 3 rounds of 8 boards per step, keeping the groups whose rewards differ and filling up
+    # from the last round (most groups of the warm-started model are all-invalid or all-valid and
+    # carry no advantage).
     c.grpo.update(steps=16, prompts=8, group_size=8, loss_type="dapo", beta=0.0, dynamic_sampling=True,
                   dynamic_sampling_rounds=2)
     c.optim.update(learning_rate=3e-5, warmup_steps=4, decay_steps=48)
