@@ -39,10 +39,12 @@ def base() -> mlc.ConfigDict:
     c.grpo = mlc.ConfigDict(dict(
         steps=50, prompts=16, group_size=8, loss_type="dapo", epsilon_low=0.2, epsilon_high=0.28,
         beta=0.0, scale_rewards="group", num_iterations=1, old_logprobs="recompute",
-        dynamic_sampling=False, dynamic_sampling_rounds=0))
+        dynamic_sampling=False, dynamic_sampling_rounds=0, guidance="none"))
     c.optim = mlc.ConfigDict(dict(learning_rate=1e-6, warmup_steps=10, decay_steps=1000, end_lr_fraction=0.1,
                                   b1=0.9, b2=0.99, weight_decay=0.0, max_grad_norm=1.0))
-    c.train = mlc.ConfigDict(dict(micro_batches=1, max_bad_steps=5, temperature=1.0, logprob_chunk=256))
+    # share_prompts: a GRPO update runs each board's prompt once for its group of samples.
+    c.train = mlc.ConfigDict(dict(micro_batches=1, max_bad_steps=5, temperature=1.0, logprob_chunk=256,
+                                  share_prompts=True))
 
     # The proposal schema bounds a proposal's length (about 130 characters per edit), so with
     # constrained decoding max_tokens = 640 never truncates up to max_edits = 4.

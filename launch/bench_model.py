@@ -1,7 +1,8 @@
 """Benchmark the Flax Qwen3 against the same weights in transformers (PyTorch CPU), one run.
 
   python -m launch.bench_model [--shapes=tiny,100m] [--batch=4] [--length=128]
-      [--decode_batches=1,16,64] [--prompt=32] [--new_tokens=32] [--benches=train,grpo,decode]
+      [--decode_batches=1,16,64] [--prompt=32] [--new_tokens=32] [--shared_groups=8] [--group_size=8]
+      [--benches=train,grpo,shared,decode]
 
 Prints one JSON object per line: `name`, `batch`, `ours_per_s` (tokens/s), `baseline`,
 `baseline_per_s`, `ratio`. Measured on the same weights in one run: forward + backward of the
@@ -9,7 +10,9 @@ next-token cross-entropy (`train_step_*`); a whole GRPO update (`grpo_update_*`:
 Trainer step, prompt + completion of --length tokens, chunked log-probs, the clipped dapo loss
 and AdamW) against a PyTorch forward + backward of the same batch; and greedy decoding with a KV cache
 (`decode_*`: our Sampler against `transformers` `generate`, both producing exactly
---new_tokens tokens per row). Each pair is timed alternately (`paired`), best of --repeats. Like
+--new_tokens tokens per row). `grpo_shared_prompts_*` compares two of ours: the GRPO update
+with each group's prompt run once (`train.share_prompts`, the default) against every row run in
+full, on --shared_groups x --group_size rows (baseline `ours_every_row_in_full`). Each pair is timed alternately (`paired`), best of --repeats. Like
 every launcher it restarts itself with glibc's huge-page malloc tunable (t2t_jax/hostenv.py),
 which both frameworks then run under.
 """
@@ -34,13 +37,15 @@ from t2t_jax.models import qwen3
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("shapes", ["tiny", "100m"], "Presets to measure.")
-flags.DEFINE_list("benches", ["train", "grpo", "decode"], "Which measurements to run.")
+flags.DEFINE_list("benches", ["train", "grpo", "shared", "decode"], "Which measurements to run.")
 flags.DEFINE_integer("batch", 4, "Sequences per step.")
 flags.DEFINE_integer("length", 128, "Tokens per sequence.")
 flags.DEFINE_integer("repeats", 3, "Timed repeats (best kept).")
 flags.DEFINE_list("decode_batches", ["1", "16", "64"], "Batch sizes for decoding.")
 flags.DEFINE_integer("prompt", 32, "Prompt tokens for decoding.")
 flags.DEFINE_integer("new_tokens", 32, "New tokens per row for decoding.")
+flags.DEFINE_integer("shared_groups", 8, "Prompts (groups) per GRPO batch of the shared-prompt row.")
+flags.DEFINE_integer("group_size", 8, "Samples per prompt of the shared-prompt row.")
 
 
 def paired(ours, baseline, repeats):
@@ -90,9 +95,19 @@ def bench_train(shape, batch, length):
          length=length, params=qwen3.num_params(config), torch_threads=torch.get_num_threads())
 
 
+def grpo_settings(share_prompts: bool = False, group_size: int = 1):
+    """The Trainer settings of the GRPO rows (dapo, no KL)."""
+    import ml_collections as mlc
+    return mlc.ConfigDict(dict(
+        optim=dict(learning_rate=1e-6, warmup_steps=1, decay_steps=100, end_lr_fraction=0.1, b1=0.9, b2=0.99,
+                   weight_decay=0.0, max_grad_norm=1.0),
+        train=dict(micro_batches=1, max_bad_steps=5, temperature=1.0, logprob_chunk=256,
+                   share_prompts=share_prompts),
+        grpo=dict(loss_type="dapo", epsilon_low=0.2, epsilon_high=0.28, beta=0.0, group_size=group_size)))
+
+
 def bench_grpo(shape, batch, length):
     """Our full GRPO update vs a transformers forward + backward (no optimizer) on the batch."""
-    import ml_collections as mlc
     import torch
     import transformers
 
@@ -105,14 +120,9 @@ def bench_grpo(shape, batch, length):
             "completion_ids": rng.integers(0, config.vocab_size, (batch, c)).astype(np.int32),
             "completion_mask": np.ones((batch, c), bool), "advantages": rng.normal(size=batch).astype(np.float32),
             "old_logps": -rng.uniform(5, 10, (batch, c)).astype(np.float32)}
-    settings = mlc.ConfigDict(dict(
-        optim=dict(learning_rate=1e-6, warmup_steps=1, decay_steps=100, end_lr_fraction=0.1, b1=0.9, b2=0.99,
-                   weight_decay=0.0, max_grad_norm=1.0),
-        train=dict(micro_batches=1, max_bad_steps=5, temperature=1.0, logprob_chunk=256),
-        grpo=dict(loss_type="dapo", epsilon_low=0.2, epsilon_high=0.28, beta=0.0)))
     with tempfile.TemporaryDirectory() as tmp:
         qwen3.save_pretrained(qwen3.Qwen3(config, rngs=nnx.Rngs(0)), tmp)
-        trainer = Trainer(qwen3.from_pretrained(tmp), settings)
+        trainer = Trainer(qwen3.from_pretrained(tmp), grpo_settings())
         ref = transformers.Qwen3ForCausalLM.from_pretrained(tmp, attn_implementation="sdpa").train()
     state = [trainer.init()]
     batch_arrays = trainer.shard(data)
@@ -130,6 +140,36 @@ def bench_grpo(shape, batch, length):
     ours, base = paired(ours_step, torch_step, FLAGS.repeats)
     emit(f"grpo_update_{shape}", batch, batch * length / ours, "transformers_pytorch_cpu_fwd_bwd",
          batch * length / base, length=length)
+
+
+def bench_shared(shape):
+    """Our GRPO update with each group's prompt run once (`train.share_prompts`) vs every row
+    run in full, on --shared_groups groups of --group_size samples: prompts of --length
+    tokens (left-padded by up to a quarter), completions of --length / 2 (ending at random)."""
+    from t2t_jax.rl.trainer import Trainer
+    config, groups, g = qwen3.PRESETS[shape], FLAGS.shared_groups, FLAGS.group_size
+    rng = np.random.default_rng(0)
+    p, c, b = FLAGS.length, FLAGS.length // 2, FLAGS.shared_groups * FLAGS.group_size
+    prompt_mask = np.arange(p)[None] >= rng.integers(0, p // 4, groups)[:, None]
+    data = {"prompt_ids": np.repeat(rng.integers(0, config.vocab_size, (groups, p)), g, 0).astype(np.int32),
+            "prompt_mask": np.repeat(prompt_mask, g, 0),
+            "completion_ids": rng.integers(0, config.vocab_size, (b, c)).astype(np.int32),
+            "completion_mask": np.arange(c)[None] < rng.integers(c // 4, c + 1, b)[:, None],
+            "advantages": rng.normal(size=b).astype(np.float32)}
+    model = qwen3.Qwen3(config, rngs=nnx.Rngs(0))
+    shared, full = Trainer(model, grpo_settings(True, g)), Trainer(model, grpo_settings(False, g))
+    arrays = shared.shard(data)
+    states = {"shared": shared.init(), "full": full.init()}
+
+    def step(name, trainer):
+        def run():
+            states[name], metrics = trainer.update(states[name], arrays)
+            jax.block_until_ready(metrics["loss"])
+        return run
+    ours, base = paired(step("shared", shared), step("full", full), FLAGS.repeats)
+    tokens = b * (p + c)
+    emit(f"grpo_shared_prompts_{shape}", b, tokens / ours, "ours_every_row_in_full", tokens / base,
+         groups=groups, group_size=g, prompt=p, completion=c)
 
 
 def bench_decode(shape):
@@ -164,7 +204,8 @@ def main(argv):
     print(json.dumps({"name": "platform", "backend": jax.default_backend(), "cpus": os.cpu_count(),
                       "glibc_tunables": os.environ.get("GLIBC_TUNABLES", "")}), flush=True)
     benches = {"train": lambda s: bench_train(s, FLAGS.batch, FLAGS.length),
-               "grpo": lambda s: bench_grpo(s, FLAGS.batch, FLAGS.length), "decode": bench_decode}
+               "grpo": lambda s: bench_grpo(s, FLAGS.batch, FLAGS.length), "shared": bench_shared,
+               "decode": bench_decode}
     unknown = set(FLAGS.benches) - set(benches)
     if unknown:
         raise app.UsageError(f"--benches: unknown {sorted(unknown)}; known: {sorted(benches)}")

@@ -39,7 +39,7 @@ from t2t_jax.logging import SummaryWriter
 from t2t_jax.models import qwen3
 from t2t_jax.rl import grpo, sft
 from t2t_jax.rl.rewards import TERMS
-from t2t_jax.rl.rollout import Policy, concat
+from t2t_jax.rl.rollout import Policy, concat, guide
 from t2t_jax.rl.trainer import Trainer
 from t2t_jax.sampling import Sampler
 from t2t_jax.text.tokenizer import load_tokenizer, stop_ids
@@ -82,12 +82,27 @@ def build_model(config, mesh):
     return shd.shard_model(model, mesh) if mesh is not None else model
 
 
+GUIDANCE = ("none", "witness", "canonical")
+
+
+def check_grpo_config(c) -> None:
+    """Errors for GRPO settings that cannot work together, naming the fields."""
+    g = c.grpo
+    if g.guidance not in GUIDANCE:
+        raise ValueError(f"grpo.guidance: {g.guidance!r} is not one of {GUIDANCE}")
+    if g.guidance != "none" and g.old_logprobs == "sampler":
+        raise ValueError("grpo.guidance: guided rows have no sampler log-probs; use grpo.old_logprobs='recompute'")
+    if g.guidance != "none" and c.rollout.enable_thinking:
+        raise ValueError("grpo.guidance: certified plans carry no think block; use rollout.enable_thinking=False")
+
+
 class StageRunner:
     """Holds the pieces of one run; `run()` executes (or resumes) it. See the module docstring."""
 
     def __init__(self, config, workdir: str, progress: bool = True):
         self.config, self.workdir, self.progress = config, os.path.abspath(workdir), progress
         c = config
+        check_grpo_config(c)
         setup_distributed(c.distributed)
         setup_compilation_cache(c.compilation_cache)
         self.mesh = shd.make_mesh(dict(c.mesh)) if c.mesh else None
@@ -239,6 +254,8 @@ class StageRunner:
         weights = meta["weights"][-1]
         need = c.grpo.steps * c.grpo.prompts * (1 + c.grpo.dynamic_sampling_rounds)
         pool = self._boards(env_config, self._key(100, s), need)
+        if c.grpo.guidance == "canonical":
+            pool = sft.canonical_plans(pool, env_config.max_size, env_config.max_agents)
         started = time.time()
         for step in tqdm(range(meta["step"], c.grpo.steps), desc=f"stage {s}", disable=not self.progress,
                          initial=meta["step"], total=c.grpo.steps):
@@ -285,6 +302,8 @@ class StageRunner:
                                      max_new_tokens=c.rollout.max_new_tokens, reward_weights=weights,
                                      temperature=c.rollout.temperature, top_k=c.rollout.top_k,
                                      top_p=c.rollout.top_p, seed=c.seed * 1_000_003 + global_step * 17 + round_)
+            if g.guidance != "none":
+                ro = guide(self.policy, ro, g.group_size, c.rollout.max_new_tokens, weights)
             if not g.dynamic_sampling:
                 parts.append(ro)
                 break
@@ -313,13 +332,16 @@ class StageRunner:
         for _ in range(g.num_iterations):
             state, metrics = self.trainer.update(state, batch)
         metrics = {k: float(v) for k, v in metrics.items()}
+        metrics["guided"] = float(np.mean(ro.guided))
         metrics["tokens_per_s"] = float(ro.completion_mask.sum() + ro.prompt_mask.sum()) * g.num_iterations / (time.time() - t0)
         self.trainer.check_finite(metrics)
         return state, ro, metrics
 
     # ---- logs -------------------------------------------------------------------------------
     def _log_step(self, step, ro, metrics, env_config):
+        """Scalars of one update; rollout statistics count the policy's own samples only."""
         values = {f"train/{k}": v for k, v in metrics.items() if k != "bad_in_a_row"}
+        ro = ro.select(np.flatnonzero(~ro.guided))
         values.update({f"reward/{t}": float(np.mean(ro.terms[t])) for t in TERMS})
         values["reward/total"] = float(np.mean(ro.rewards))
         values["completion/mean_tokens"] = float(np.mean(ro.lengths))

@@ -130,3 +130,19 @@ def test_sigterm_checkpoints_and_exits_cleanly(run, tmp_path):
     launch(tmp_path, "--resume")
     for a, b in zip(jax.tree.leaves(final_params(tmp_path)), jax.tree.leaves(final_params(workdir))):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"grpo.guidance": "teacher"}, "grpo.guidance: 'teacher' is not one of"),
+    ({"grpo.guidance": "canonical", "grpo.old_logprobs": "sampler"}, "use grpo.old_logprobs='recompute'"),
+    ({"grpo.guidance": "witness", "rollout.enable_thinking": True}, "use rollout.enable_thinking=False"),
+])
+def test_grpo_settings_that_cannot_work_together_are_named(change, message):
+    from configs.stage import get_config
+    from t2t_jax.stages import check_grpo_config
+    config = get_config()
+    for path, value in change.items():
+        section, field = path.split(".")
+        config[section][field] = value
+    with pytest.raises(ValueError, match=message):
+        check_grpo_config(config)

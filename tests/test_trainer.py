@@ -21,12 +21,13 @@ CONFIG = qwen3.Qwen3Config(vocab_size=16, hidden_size=32, intermediate_size=64, 
 HERE = os.path.dirname(__file__)
 
 
-def settings(loss_type="dapo", micro_batches=1, lr=1e-2, beta=0.0):
+def settings(loss_type="dapo", micro_batches=1, lr=1e-2, beta=0.0, share_prompts=False, group_size=4):
     return mlc.ConfigDict(dict(
         optim=dict(learning_rate=lr, warmup_steps=0, decay_steps=100, end_lr_fraction=1.0, b1=0.9, b2=0.99,
                    weight_decay=0.0, max_grad_norm=10.0),
-        train=dict(micro_batches=micro_batches, max_bad_steps=2, temperature=1.0, logprob_chunk=3),
-        grpo=dict(loss_type=loss_type, epsilon_low=0.2, epsilon_high=0.28, beta=beta)))
+        train=dict(micro_batches=micro_batches, max_bad_steps=2, temperature=1.0, logprob_chunk=3,
+                   share_prompts=share_prompts),
+        grpo=dict(loss_type=loss_type, epsilon_low=0.2, epsilon_high=0.28, beta=beta, group_size=group_size)))
 
 
 def batch(rows=8, seed=0):
@@ -55,6 +56,38 @@ def test_gradient_accumulation_equals_full_batch(loss_type):
     np.testing.assert_allclose(float(m4["grad_norm"]), float(m1["grad_norm"]), rtol=1e-4)
     for a, b in zip(jax.tree.leaves(acc), jax.tree.leaves(full)):
         np.testing.assert_allclose(a, b, atol=3e-5)
+
+
+def grouped_batch(groups=4, group=4, seed=0):
+    """`batch()` with one prompt per group of `group` consecutive rows, as GRPO rollouts are."""
+    data = batch(groups * group, seed)
+    for k in ("prompt_ids", "prompt_mask"):
+        data[k] = np.repeat(data[k][::group], group, 0)
+    return data
+
+
+@pytest.mark.parametrize("micro_batches", [1, 2])
+def test_shared_prompts_give_the_same_logprobs_and_update(micro_batches):
+    """Each group's prompt run once (a prefill into a KV cache) = every row run in full."""
+    data = grouped_batch()
+    full_cfg, shared_cfg = settings(beta=0.04), settings(beta=0.04, micro_batches=micro_batches, share_prompts=True)
+    model = qwen3.Qwen3(CONFIG, rngs=nnx.Rngs(0))
+    full, shared = Trainer(model, full_cfg), Trainer(model, shared_cfg)
+    assert (full.group, shared.group) == (1, 4)
+    arrays = full.shard(data)
+    np.testing.assert_allclose(np.asarray(shared.logprobs(shared.initial_params, arrays)),
+                               np.asarray(full.logprobs(full.initial_params, arrays)), atol=2e-5)
+    p_full, m_full = one_update(full_cfg, data=data)
+    p_shared, m_shared = one_update(shared_cfg, data=data)
+    np.testing.assert_allclose(float(m_shared["loss"]), float(m_full["loss"]), rtol=1e-5)
+    np.testing.assert_allclose(float(m_shared["grad_norm"]), float(m_full["grad_norm"]), rtol=1e-4)
+    for a, b in zip(jax.tree.leaves(p_shared), jax.tree.leaves(p_full)):
+        np.testing.assert_allclose(a, b, atol=3e-5)
+
+
+def test_shared_prompts_need_whole_groups_per_micro_batch():
+    with pytest.raises(ValueError, match="micro_batches: 8 does not divide the batch of 16 rows in groups of 4"):
+        one_update(settings(micro_batches=8, share_prompts=True), data=grouped_batch())
 
 
 def test_non_finite_update_is_skipped_then_stops_the_run():

@@ -22,6 +22,7 @@ from t2t_jax.env.validator import validate
 from t2t_jax.rl.rewards import reward_terms, total_reward
 from t2t_jax.text.parsing import parse_completions
 from t2t_jax.text.prompts import LENGTH_BUCKETS, encode_prompts
+from t2t_jax.text.tokenizer import IM_END
 
 
 @dataclasses.dataclass
@@ -41,6 +42,7 @@ class Rollouts:
     verdicts: Verdicts
     terms: dict
     rewards: np.ndarray
+    guided: np.ndarray  # [B * n] bool: the row is a certified plan put in by `guide`, not a sample
 
     def batch(self) -> dict:
         return {"prompt_ids": self.prompt_ids, "prompt_mask": self.prompt_mask,
@@ -55,7 +57,7 @@ class Rollouts:
                         completion_ids=self.completion_ids[idx], completion_mask=self.completion_mask[idx],
                         logprobs=self.logprobs[idx], lengths=self.lengths[idx], truncated=self.truncated[idx],
                         plans=pick(self.plans), verdicts=pick(self.verdicts), terms=pick(self.terms),
-                        rewards=self.rewards[idx])
+                        rewards=self.rewards[idx], guided=self.guided[idx])
 
 
 def concat(parts: Sequence[Rollouts]) -> Rollouts:
@@ -144,4 +146,37 @@ class Policy:
         return Rollouts(boards=list(boards), texts=texts, prompt_ids=prompt[0], prompt_mask=prompt[1],
                         completion_ids=tokens, completion_mask=completion_mask, logprobs=logprobs,
                         lengths=lengths, truncated=truncated, plans=plans, verdicts=verdicts,
-                        terms=terms, rewards=rewards)
+                        terms=terms, rewards=rewards, guided=np.zeros(len(texts), bool))
+
+
+def guide(policy: Policy, ro: Rollouts, group_size: int, max_new_tokens: int,
+          reward_weights: Mapping[str, float]) -> Rollouts:
+    """Off-policy guidance: in every group without a valid sample, the last sample is replaced by
+    the board's certified plan (its "plan" text and the end token, scored like a sample), so a
+    group the policy fails entirely still has a success to move towards (LUFFY, Yan et al. 2025,
+    mixes demonstrations into GRPO groups the same way). Plans longer than the completion width
+    are not put in. Replaced rows have `guided` set and sampler log-probs 0 (the update must
+    recompute old log-probs)."""
+    width = ro.completion_ids.shape[1]
+    failed = np.flatnonzero(~np.asarray(ro.verdicts.valid).reshape(-1, group_size).any(axis=1))
+    rows, answers = [], []
+    for g in failed:
+        row = g * group_size + group_size - 1
+        ids = policy.tokenizer(ro.boards[row]["plan"] + IM_END, add_special_tokens=False)["input_ids"]
+        if len(ids) <= width:
+            rows.append(row)
+            answers.append(ids)
+    if not rows:
+        return ro
+    tokens = np.full((len(rows), width), policy.tokenizer.pad_token_id, ro.completion_ids.dtype)
+    for i, ids in enumerate(answers):
+        tokens[i, :len(ids)] = ids
+    lengths = np.array([len(a) for a in answers], ro.lengths.dtype)
+    expert = policy.score([ro.boards[r] for r in rows], [ro.boards[r]["plan"] for r in rows],
+                          np.zeros(len(rows), bool), lengths, max_new_tokens, reward_weights,
+                          prompt=(ro.prompt_ids[rows], ro.prompt_mask[rows]), tokens=tokens,
+                          logprobs=np.zeros(tokens.shape, ro.logprobs.dtype))
+    expert.guided[:] = True
+    order = np.arange(len(ro.texts))
+    order[rows] = len(ro.texts) + np.arange(len(rows))
+    return concat([ro, expert]).select(order)

@@ -10,8 +10,10 @@ A batch is a dict of arrays with a leading batch axis B: `prompt_ids`, `prompt_m
 token), and for GRPO `advantages` [B], `old_logps` [B, C] (or absent: on-policy, the current
 log-probs with the gradient stopped) and `ref_logps` [B, C] (when beta != 0).
 
-The batch is cut into `micro_batches` strided slices (row i goes to slice i mod M, so every
-slice spans every data shard) scanned in one compiled call; each slice's loss is weighted by the
+With `train.share_prompts`, GRPO rows come in groups of `grpo.group_size` with one prompt, and
+each prompt's forward runs once for its group (`completion_logprobs`). The batch is cut into
+`micro_batches` strided slices (row i, or group i, goes to slice i mod M, so every slice spans
+every data shard) scanned in one compiled call; each slice's loss is weighted by the
 counts of the *full* batch (`grpo.Totals`), so the summed gradient is the full-batch gradient
 exactly. Losses come from `LOSS_FNS` by name: `grpo` (the policy loss of grpo.py) and `sft`
 (token-mean negative log-likelihood of the completion tokens). A non-finite loss or gradient
@@ -30,6 +32,7 @@ import optax
 from flax import nnx
 
 from t2t_jax import sharding as shd
+from t2t_jax.models.qwen3.model import KVCache
 from t2t_jax.rl import grpo
 
 
@@ -65,19 +68,55 @@ def make_optimizer(optim, max_bad_steps: int = 5) -> optax.GradientTransformatio
     return optax.apply_if_finite(inner, max_consecutive_errors=max_bad_steps + 1)
 
 
-def completion_logprobs(model, batch, temperature: float, chunk: int, with_entropy: bool = False):
-    """Log-probs [B, C] of `completion_ids` after `prompt_ids` (and entropies [B, C])."""
-    ids = jnp.concatenate([batch["prompt_ids"], batch["completion_ids"]], axis=1)
-    mask = jnp.concatenate([batch["prompt_mask"], batch["completion_mask"]], axis=1)
+def completion_logprobs(model, batch, temperature: float, chunk: int, with_entropy: bool = False,
+                        group: int = 1):
+    """Log-probs [B, C] of `completion_ids` after `prompt_ids` (and entropies [B, C]).
+
+    `group` > 1: rows come in groups of `group` consecutive rows with one prompt (GRPO's samples
+    of a board), and each prompt's forward runs once, its keys and values serving the group's
+    completions (the same log-probs and gradients as `group` = 1, up to float rounding)."""
     p, c = batch["prompt_ids"].shape[1], batch["completion_ids"].shape[1]
-    h = model.hidden(ids, mask)[:, p - 1:p + c - 1]
+    if group > 1:
+        h = _shared_prompt_hidden(model, batch, group)
+    else:
+        ids = jnp.concatenate([batch["prompt_ids"], batch["completion_ids"]], axis=1)
+        mask = jnp.concatenate([batch["prompt_mask"], batch["completion_mask"]], axis=1)
+        h = model.hidden(ids, mask)[:, p - 1:p + c - 1]
     return model.token_logprobs(h, batch["completion_ids"], chunk=chunk, temperature=temperature,
                                 with_entropy=with_entropy)
 
 
+def _shared_prompt_hidden(model, batch, group: int):
+    """[B, C, D] hidden states that predict the completion tokens: a prefill of the B / group
+    distinct prompts into a KV cache, the cache repeated per row, then one cached forward of all
+    completions (gradients flow through the cache into the prompt's forward)."""
+    b, p = batch["prompt_ids"].shape
+    c = batch["completion_ids"].shape[1]
+    if b % group:
+        raise ValueError(f"grpo.group_size: {group} does not divide the (micro-)batch of {b} rows")
+
+    def first(x):  # [B, ...] -> [B / group, ...], the first row of each group
+        return x.reshape((b // group, group) + x.shape[1:])[:, 0]
+
+    def spread(x):  # [B / group, ...] -> [B, ...], each row repeated group times
+        return jnp.broadcast_to(x[:, None], (x.shape[0], group) + x.shape[1:]).reshape((b,) + x.shape[1:])
+
+    cache = model.init_cache(b // group, p + c)
+    h_prompt, cache = model.hidden(first(batch["prompt_ids"]), first(batch["prompt_mask"]), cache)
+    cache = KVCache(k=tuple(map(spread, cache.k)), v=tuple(map(spread, cache.v)), valid=spread(cache.valid),
+                    next_pos=spread(cache.next_pos), index=cache.index)
+    h_completion, _ = model.hidden(batch["completion_ids"], batch["completion_mask"], cache)
+    return jnp.concatenate([spread(h_prompt[:, -1:]), h_completion[:, :-1]], axis=1)
+
+
+def prompt_group(cfg) -> int:
+    """Rows per shared prompt in GRPO batches: `grpo.group_size` when `train.share_prompts`."""
+    return cfg.grpo.group_size if cfg.train.get("share_prompts", False) else 1
+
+
 def _grpo_loss(model, batch, totals, cfg):
     logps, entropies = completion_logprobs(model, batch, cfg.train.temperature, cfg.train.logprob_chunk,
-                                           with_entropy=True)
+                                           with_entropy=True, group=prompt_group(cfg))
     old = batch.get("old_logps")
     old = jax.lax.stop_gradient(logps) if old is None else old
     return grpo.policy_loss(logps, old, batch.get("ref_logps"), batch["advantages"],
@@ -95,9 +134,12 @@ def _sft_loss(model, batch, totals, cfg):
 LOSS_FNS = {"grpo": _grpo_loss, "sft": _sft_loss}
 
 
-def _micro(x, m):
-    """[B, ...] -> [M, B / M, ...], row i to slice i mod M."""
-    return x.reshape((x.shape[0] // m, m) + x.shape[1:]).swapaxes(0, 1)
+def _micro(x, m, unit: int = 1):
+    """[B, ...] -> [M, B / M, ...]: units of `unit` consecutive rows (a prompt's group), unit u to
+    slice u mod M."""
+    b = x.shape[0]
+    x = x.reshape((b // (m * unit), m, unit) + x.shape[1:]).swapaxes(0, 1)
+    return x.reshape((m, b // m) + x.shape[3:])
 
 
 class Trainer:
@@ -118,6 +160,7 @@ class Trainer:
         if loss not in LOSS_FNS:
             raise ValueError(f"loss: {loss!r} is not one of {sorted(LOSS_FNS)}")
         self.config, self.loss, self.mesh = config, loss, mesh
+        self.group = prompt_group(config) if loss == "grpo" else 1
         self.graphdef, self.initial_params = nnx.split(model)
         optim = config.optim if optim is None else optim
         self.tx = make_optimizer(optim, config.train.max_bad_steps)
@@ -152,10 +195,11 @@ class Trainer:
         model = nnx.merge(self.graphdef, params)
         m = self.config.train.micro_batches
         keys = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")
-        micro = {k: _micro(batch[k], m) for k in keys}
-        out = jax.lax.map(lambda mb: completion_logprobs(model, mb, temperature,
-                                                         self.config.train.logprob_chunk), micro)
-        return out.swapaxes(0, 1).reshape(batch["completion_ids"].shape)
+        micro = {k: _micro(batch[k], m, self.group) for k in keys}
+        out = jax.lax.map(lambda mb: completion_logprobs(model, mb, temperature, self.config.train.logprob_chunk,
+                                                         group=self.group), micro)
+        out = out.reshape((m, -1, self.group, out.shape[-1])).swapaxes(0, 1)
+        return out.reshape(batch["completion_ids"].shape)
 
     def update(self, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
         """One optimizer step on the full batch; metrics are host floats."""
@@ -165,10 +209,11 @@ class Trainer:
     def _update_fn(self, state, batch):
         cfg, m = self.config, self.config.train.micro_batches
         b = batch["completion_ids"].shape[0]
-        if b % m:
-            raise ValueError(f"train.micro_batches: {m} does not divide the batch of {b}")
+        if b % (m * self.group):
+            raise ValueError(f"train.micro_batches: {m} does not divide the batch of {b} rows"
+                             + (f" in groups of {self.group} (grpo.group_size, train.share_prompts)" if self.group > 1 else ""))
         totals = grpo.totals_of(batch["completion_mask"], chunks=m)
-        micro = jax.tree.map(lambda x: _micro(x, m), batch)
+        micro = jax.tree.map(lambda x: _micro(x, m, self.group), batch)
 
         def loss_of(params, mb):
             model = nnx.merge(self.graphdef, params)
