@@ -36,6 +36,8 @@ def base() -> mlc.ConfigDict:
     # see rl/sft.py); answers cut at answer_length tokens.
     c.sft = mlc.ConfigDict(dict(steps=0, batch_size=16, boards=4096, env="", learning_rate=1e-4,
                                 warmup_steps=10, targets="witness", answer_length=256))
+    # guidance: "witness" / "canonical" puts the certified plan into each group without a valid
+    # sample (rl/rollout.py guide); "none" is plain GRPO.
     c.grpo = mlc.ConfigDict(dict(
         steps=50, prompts=16, group_size=8, loss_type="dapo", epsilon_low=0.2, epsilon_high=0.28,
         beta=0.0, scale_rewards="group", num_iterations=1, old_logprobs="recompute",

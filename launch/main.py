@@ -24,6 +24,9 @@ def main(argv):
     results = StageRunner(_CONFIG.value, _WORKDIR.value, progress=_PROGRESS.value).run(resume=_RESUME.value)
     for r in results:
         print(f"{r['point']:>12}: valid {r['valid']:.3f}  optimal {r['optimal']:.3f}  ({r['boards']} boards)")
+        if "vs_first" in r:
+            d = r["vs_first"]
+            print(f"{'':>12}  vs {d['against']} on the same boards: {d['gained']} gained, {d['lost']} lost")
     print(f"results: {_WORKDIR.value}/results.json, {_WORKDIR.value}/results_table.md")
 
 

@@ -86,13 +86,15 @@ GUIDANCE = ("none", "witness", "canonical")
 
 
 def check_grpo_config(c) -> None:
-    """Errors for GRPO settings that cannot work together, naming the fields."""
+    """Errors for GRPO settings that cannot work together, naming the fields (a config.json of a
+    run begun before `grpo.guidance` existed reads as "none")."""
     g = c.grpo
-    if g.guidance not in GUIDANCE:
-        raise ValueError(f"grpo.guidance: {g.guidance!r} is not one of {GUIDANCE}")
-    if g.guidance != "none" and g.old_logprobs == "sampler":
+    guidance = g.get("guidance", "none")
+    if guidance not in GUIDANCE:
+        raise ValueError(f"grpo.guidance: {guidance!r} is not one of {GUIDANCE}")
+    if guidance != "none" and g.old_logprobs == "sampler":
         raise ValueError("grpo.guidance: guided rows have no sampler log-probs; use grpo.old_logprobs='recompute'")
-    if g.guidance != "none" and c.rollout.enable_thinking:
+    if guidance != "none" and c.rollout.enable_thinking:
         raise ValueError("grpo.guidance: certified plans carry no think block; use rollout.enable_thinking=False")
 
 
@@ -175,8 +177,12 @@ class StageRunner:
                                   batch_size=c.eval.batch_size, reward_weights=c.rewards.to_dict(),
                                   progress=self.progress, desc=desc)
 
-    def _record_point(self, meta, point, params, boards, step):
+    def _record_point(self, meta, point, params, boards, step, paired: bool = False):
+        """Evaluate on `boards` and append the entry (`paired`: with `vs_first`, the boards
+        gained and lost since the first point, which used the same boards)."""
         entry = benchmark.results_entry(point, self._evaluate(params, boards, f"eval {point}"))
+        if paired and "board_valid" in meta["results"][0]:  # (absent in runs begun before it existed)
+            entry["vs_first"] = benchmark.paired_change(meta["results"][0], entry)
         meta["results"].append(entry)
         self.writer.scalars(step, {"benchmark/valid": entry["valid"], "benchmark/optimal": entry["optimal"],
                                    "benchmark/mean_tokens": entry["mean_tokens"]})
@@ -254,7 +260,7 @@ class StageRunner:
         weights = meta["weights"][-1]
         need = c.grpo.steps * c.grpo.prompts * (1 + c.grpo.dynamic_sampling_rounds)
         pool = self._boards(env_config, self._key(100, s), need)
-        if c.grpo.guidance == "canonical":
+        if c.grpo.get("guidance", "none") == "canonical":
             pool = sft.canonical_plans(pool, env_config.max_size, env_config.max_agents)
         started = time.time()
         for step in tqdm(range(meta["step"], c.grpo.steps), desc=f"stage {s}", disable=not self.progress,
@@ -277,7 +283,8 @@ class StageRunner:
         meta["accounts"].append(account)
         self._log_failures(global_step, ro)
         last = s == c.stages - 1
-        entry = self._record_point(meta, f"stage_{s}", state.params, first_boards if last else mid_boards, global_step)
+        entry = self._record_point(meta, f"stage_{s}", state.params, first_boards if last else mid_boards,
+                                   global_step, paired=last)
         record = None
         if not last:
             record = self.engineer.propose(state.params, account, env_config, self.first, weights)
@@ -302,7 +309,7 @@ class StageRunner:
                                      max_new_tokens=c.rollout.max_new_tokens, reward_weights=weights,
                                      temperature=c.rollout.temperature, top_k=c.rollout.top_k,
                                      top_p=c.rollout.top_p, seed=c.seed * 1_000_003 + global_step * 17 + round_)
-            if g.guidance != "none":
+            if g.get("guidance", "none") != "none":
                 ro = guide(self.policy, ro, g.group_size, c.rollout.max_new_tokens, weights)
             if not g.dynamic_sampling:
                 parts.append(ro)

@@ -33,3 +33,11 @@ def test_tables_hold_paper_rows_and_ours(tmp_path):
     assert np.mean([paper[str(n)]["acc"] for n in range(4, 11)]) == pytest.approx(paper["sum"]["acc"], abs=0.01)
     assert open(paths["csv"]).read().startswith("agents,model,size,acc,opt,tokens")
     assert open(paths["png"], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_paired_change_counts_boards_gained_and_lost():
+    from t2t_jax.evaluation.benchmark import paired_change
+    before, after = {"point": "warm_start", "board_valid": "0110"}, {"point": "stage_2", "board_valid": "1100"}
+    assert paired_change(before, after) == {"against": "warm_start", "gained": 1, "lost": 1}
+    with pytest.raises(ValueError, match="warm_start has 4 boards, stage_2 3"):
+        paired_change(before, {"point": "stage_2", "board_valid": "110"})

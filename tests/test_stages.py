@@ -56,6 +56,11 @@ def test_full_run_writes_everything(run):
         assert {(c["agents"], c["size"]) for c in r["cells"]} == (
             {(3, n) for n in range(3, 11)} | {(4, n) for n in range(4, 11)} | {(5, n) for n in range(5, 11)})
     assert results[0]["boards"] == results[-1]["boards"]  # first and last: the same boards
+    assert all(len(r["board_valid"]) == r["boards"] for r in results)
+    change = results[-1]["vs_first"]
+    assert change["against"] == "warm_start" and "vs warm_start on the same boards" in stdout
+    first, last = (r["board_valid"].count("1") for r in (results[0], results[-1]))
+    assert last - first == change["gained"] - change["lost"]
     records = [json.loads(line) for line in open(workdir / "proposals.jsonl")]
     assert len(records) == 1 and records[0]["kind"] == "self" and records[0]["prompt"]
     assert {"text", "parsed", "accepted", "reason", "config", "reward_weights"} <= set(records[0])

@@ -1,7 +1,8 @@
 """Train-step equivalence checks run in subprocesses (fake CPU devices must be set before JAX
 starts). Modes:
 
-  sharded OUT                   8 fake devices: the sharded update == the single-device update
+  sharded OUT                   8 fake devices: the sharded update == the single-device update,
+                                also with shared prompts (groups of 2) against every row in full
   multihost PORT PID NPROC OUT  one of NPROC processes (2 fake devices each) of a
                                 jax.distributed run over localhost; process 0 writes the params
 """
@@ -32,27 +33,33 @@ TRAIN = mlc.ConfigDict(dict(
     optim=dict(learning_rate=1e-2, warmup_steps=1, decay_steps=10, end_lr_fraction=0.1, b1=0.9, b2=0.99,
                weight_decay=0.01, max_grad_norm=1.0),
     train=dict(micro_batches=2, max_bad_steps=3, temperature=1.0, logprob_chunk=4),
-    grpo=dict(loss_type="dapo", epsilon_low=0.2, epsilon_high=0.28, beta=0.0)))
+    grpo=dict(loss_type="dapo", epsilon_low=0.2, epsilon_high=0.28, beta=0.0, group_size=2)))
 
 
-def batch(rows=8):
+def batch(rows=8, grouped=False):
+    """`grouped`: rows 2i and 2i + 1 share a prompt (groups of grpo.group_size = 2)."""
     rng = np.random.default_rng(0)
     mask = np.ones((rows, 6), bool)
-    mask[1, :3] = False
+    mask[1 if not grouped else slice(2, 4), :3] = False
     comp = np.arange(5)[None] < rng.integers(1, 6, rows)[:, None]
-    return {"prompt_ids": rng.integers(0, 64, (rows, 6)).astype(np.int32), "prompt_mask": mask,
+    prompts = rng.integers(0, 64, (rows, 6)).astype(np.int32)
+    if grouped:
+        prompts = np.repeat(prompts[::2], 2, 0)
+    return {"prompt_ids": prompts, "prompt_mask": mask,
             "completion_ids": rng.integers(0, 64, (rows, 5)).astype(np.int32), "completion_mask": comp,
             "advantages": rng.normal(size=rows).astype(np.float32),
             "old_logps": -rng.uniform(2, 6, (rows, 5)).astype(np.float32)}
 
 
-def train(mesh, rows_of_this_process, steps=3):
+def train(mesh, rows_of_this_process, steps=3, share_prompts=False, grouped=False):
     model = qwen3.Qwen3(CONFIG, rngs=nnx.Rngs(0))
     if mesh is not None:
         sharding.shard_model(model, mesh)
-    trainer = Trainer(model, TRAIN, loss="grpo", mesh=mesh)
+    settings = TRAIN.copy_and_resolve_references()
+    settings.train.share_prompts = share_prompts
+    trainer = Trainer(model, settings, loss="grpo", mesh=mesh)
     state = trainer.init()
-    data = trainer.shard({k: v[rows_of_this_process] for k, v in batch().items()})
+    data = trainer.shard({k: v[rows_of_this_process] for k, v in batch(grouped=grouped).items()})
     for _ in range(steps):
         state, metrics = trainer.update(state, data)
     return state, float(metrics["loss"])
@@ -76,6 +83,12 @@ def main():
             assert abs(l2 - loss) < 1e-5, (axes, l2, loss)
             print("ok", axes, flush=True)
         np.savez(sys.argv[2], **ref)
+        full = flat(train(None, slice(None), grouped=True)[0].params)
+        state, _ = train(sharding.make_mesh({"data": 2, "fsdp": 4}), slice(None), share_prompts=True, grouped=True)
+        got = flat(jax.tree.map(lambda x: jax.device_put(x, jax.devices()[0]), state.params))
+        for k in full:
+            np.testing.assert_allclose(got[k], full[k], atol=2e-5, err_msg=f"shared prompts {k}")
+        print("ok shared prompts", flush=True)
         return
     pid, nproc, out = int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
     mesh = sharding.make_mesh({"fsdp": -1})

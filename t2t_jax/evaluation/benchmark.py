@@ -62,7 +62,8 @@ def evaluate(policy, params, boards, *, max_new_tokens: int, batch_size: int, re
 
 
 def results_entry(point: str, rollouts) -> dict:
-    """One evaluation point: overall `valid` / `optimal` fractions and per (agents, size) cells."""
+    """One evaluation point: overall `valid` / `optimal` fractions, per (agents, size) cells, and
+    `board_valid`, one '0'/'1' per board in board order (for paired comparisons)."""
     keys = np.array([(len(b["starts"]), b["size"]) for b in rollouts.boards])
     valid, optimal = np.asarray(rollouts.verdicts.valid), np.asarray(rollouts.verdicts.optimal)
     cells = []
@@ -73,7 +74,17 @@ def results_entry(point: str, rollouts) -> dict:
                       "mean_tokens": float(np.mean(rollouts.lengths[rows]))})
     return {"point": point, "boards": len(rollouts.boards), "valid": float(valid.mean()),
             "optimal": float(optimal.mean()), "mean_tokens": float(np.mean(rollouts.lengths)),
-            "cells": cells}
+            "cells": cells, "board_valid": "".join("1" if v else "0" for v in valid)}
+
+
+def paired_change(before: dict, after: dict) -> dict:
+    """Two entries on the same boards -> {"against": before's point, "gained": boards valid only
+    after, "lost": boards valid only before}: the paired view of a change in the valid rate."""
+    a, b = before["board_valid"], after["board_valid"]
+    if len(a) != len(b):
+        raise ValueError(f"paired_change: {before['point']} has {len(a)} boards, {after['point']} {len(b)}")
+    return {"against": before["point"], "gained": sum(x < y for x, y in zip(a, b)),
+            "lost": sum(x > y for x, y in zip(a, b))}
 
 
 def table_rows(entry: dict, label: str = "ours") -> dict:
