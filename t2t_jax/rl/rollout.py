@@ -20,9 +20,9 @@ from t2t_jax.env import io
 from t2t_jax.env.types import Plans, Verdicts
 from t2t_jax.env.validator import validate
 from t2t_jax.rl.rewards import reward_terms, total_reward
+from t2t_jax.rl.sft import answer_tokens
 from t2t_jax.text.parsing import parse_completions
 from t2t_jax.text.prompts import LENGTH_BUCKETS, encode_prompts
-from t2t_jax.text.tokenizer import IM_END
 
 
 @dataclasses.dataclass
@@ -162,7 +162,7 @@ def guide(policy: Policy, ro: Rollouts, group_size: int, max_new_tokens: int,
     rows, answers = [], []
     for g in failed:
         row = g * group_size + group_size - 1
-        ids = policy.tokenizer(ro.boards[row]["plan"] + IM_END, add_special_tokens=False)["input_ids"]
+        ids = answer_tokens(policy.tokenizer, ro.boards[row]["plan"])
         if len(ids) <= width:
             rows.append(row)
             answers.append(ids)

@@ -41,6 +41,11 @@ def canonical_plans(boards: Sequence[dict], max_size: int = 10, max_agents: int 
 from t2t_jax.text.tokenizer import IM_END
 
 
+def answer_tokens(tokenizer, plan: str) -> list[int]:
+    """A plan text as the policy would answer it: its tokens and the end token."""
+    return tokenizer(plan + IM_END, add_special_tokens=False)["input_ids"]
+
+
 def sft_batch(policy, boards: Sequence[dict], answer_length: int) -> dict:
     """Boards with a "plan" text -> a Trainer batch: prompts [B, P] as `policy` (a
     rollout.Policy) encodes them, answers [B, answer_length] right-padded (`completion_mask` 1
@@ -51,7 +56,7 @@ def sft_batch(policy, boards: Sequence[dict], answer_length: int) -> dict:
     answers = np.full((len(boards), answer_length), tokenizer.pad_token_id, np.int32)
     answer_mask = np.zeros((len(boards), answer_length), bool)
     for i, b in enumerate(boards):
-        toks = tokenizer(b["plan"] + IM_END, add_special_tokens=False)["input_ids"][:answer_length]
+        toks = answer_tokens(tokenizer, b["plan"])[:answer_length]
         answers[i, :len(toks)] = toks
         answer_mask[i, :len(toks)] = True
     return {"prompt_ids": ids, "prompt_mask": mask, "completion_ids": answers,
