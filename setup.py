@@ -19,6 +19,7 @@ setup(
         "tokenizers>=0.21,<0.24",
         "safetensors>=0.5,<0.9",
         "numpy>=2.0,<2.5",
+        "scipy>=1.13,<2",  # the paired test of results.json (also a jax dependency)
         "absl-py>=2.1,<3",
         "ml_collections>=1.0,<1.2",
         "tensorboard>=2.18,<2.22",

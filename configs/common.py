@@ -32,8 +32,9 @@ def base() -> mlc.ConfigDict:
                                     enable_thinking=False, prompt_style="full"))
     # SFT warm start (off unless steps > 0): AdamW as in `optim`, with its own rate and warmup,
     # cosine-decayed over the SFT steps; boards from `env` (EnvConfig JSON; empty: env.initial);
-    # targets "witness" (the solver's plan) or "canonical" (the straight plan where it is valid,
-    # see rl/sft.py); answers cut at answer_length tokens.
+    # targets "witness" (the solver's plan), "canonical" (the straight plan where it is valid,
+    # the witness elsewhere) or "straight" (only the boards whose straight plan is valid), see
+    # rl/sft.py; answers cut at answer_length tokens.
     c.sft = mlc.ConfigDict(dict(steps=0, batch_size=16, boards=4096, env="", learning_rate=1e-4,
                                 warmup_steps=10, targets="witness", answer_length=256))
     # guidance: "witness" / "canonical" puts the certified plan into each group without a valid

@@ -26,7 +26,8 @@ def main(argv):
         print(f"{r['point']:>12}: valid {r['valid']:.3f}  optimal {r['optimal']:.3f}  ({r['boards']} boards)")
         if "vs_first" in r:
             d = r["vs_first"]
-            print(f"{'':>12}  vs {d['against']} on the same boards: {d['gained']} gained, {d['lost']} lost")
+            print(f"{'':>12}  vs {d['against']} on the same boards: {d['gained']} gained, {d['lost']} lost "
+                  f"(exact McNemar p = {d.get('p_value', float('nan')):.3f})")
     print(f"results: {_WORKDIR.value}/results.json, {_WORKDIR.value}/results_table.md")
 
 

@@ -85,9 +85,11 @@ def build_model(config, mesh):
 GUIDANCE = ("none", "witness", "canonical")
 
 
-def check_grpo_config(c) -> None:
-    """Errors for GRPO settings that cannot work together, naming the fields (a config.json of a
-    run begun before `grpo.guidance` existed reads as "none")."""
+def check_config(c) -> None:
+    """Errors for settings that cannot work, naming the fields, before any work (a config.json of
+    a run begun before `grpo.guidance` existed reads as "none")."""
+    if c.sft.steps and c.sft.targets not in sft.SFT_TARGETS:
+        raise ValueError(f"sft.targets: {c.sft.targets!r} is not one of {sft.SFT_TARGETS}")
     g = c.grpo
     guidance = g.get("guidance", "none")
     if guidance not in GUIDANCE:
@@ -104,7 +106,7 @@ class StageRunner:
     def __init__(self, config, workdir: str, progress: bool = True):
         self.config, self.workdir, self.progress = config, os.path.abspath(workdir), progress
         c = config
-        check_grpo_config(c)
+        check_config(c)
         setup_distributed(c.distributed)
         setup_compilation_cache(c.compilation_cache)
         self.mesh = shd.make_mesh(dict(c.mesh)) if c.mesh else None
@@ -237,10 +239,13 @@ class StageRunner:
         c = self.config
         env = EnvConfig.from_json(c.sft.env) if c.sft.env else self.first
         boards = self._boards(env, self._key(7), c.sft.boards)
-        if c.sft.targets == "canonical":
-            boards = sft.canonical_plans(boards, env.max_size, env.max_agents)
-        elif c.sft.targets != "witness":
-            raise ValueError(f"sft.targets: {c.sft.targets!r} is not one of ('witness', 'canonical')")
+        drawn = len(boards)
+        boards = sft.sft_targets(boards, c.sft.targets, env.max_size, env.max_agents)
+        if not boards:
+            raise ValueError(f"sft.targets={c.sft.targets!r}: none of the {drawn} boards of sft.env has a valid "
+                             "straight plan; raise sft.boards or use 'canonical'")
+        if len(boards) < drawn:
+            print(f"sft: {len(boards)} of {drawn} boards have a valid straight plan (sft.targets={c.sft.targets!r})")
 
         def callback(step, st, metrics):
             self.writer.scalars(step, {f"sft/{k}": v for k, v in metrics.items() if k in ("nll", "grad_norm", "learning_rate")})

@@ -38,6 +38,11 @@ def test_tables_hold_paper_rows_and_ours(tmp_path):
 def test_paired_change_counts_boards_gained_and_lost():
     from t2t_jax.evaluation.benchmark import paired_change
     before, after = {"point": "warm_start", "board_valid": "0110"}, {"point": "stage_2", "board_valid": "1100"}
-    assert paired_change(before, after) == {"against": "warm_start", "gained": 1, "lost": 1}
+    assert paired_change(before, after) == {"against": "warm_start", "gained": 1, "lost": 1, "p_value": 1.0}
+    # 14 gained, 6 lost: two-sided exact p = 2 * P(Binomial(20, 1/2) <= 6) = 0.1153
+    many = {"point": "stage_2", "board_valid": "1" * 14 + "0" * 6 + "11"}
+    fewer = {"point": "warm_start", "board_valid": "0" * 14 + "1" * 6 + "11"}
+    assert paired_change(fewer, many)["p_value"] == pytest.approx(0.1153, abs=1e-4)
+    assert paired_change(fewer, fewer) == {"against": "warm_start", "gained": 0, "lost": 0, "p_value": 1.0}
     with pytest.raises(ValueError, match="warm_start has 4 boards, stage_2 3"):
         paired_change(before, {"point": "stage_2", "board_valid": "110"})

@@ -1,6 +1,7 @@
 """SFT targets and batches: canonical plans stay certified optima; answers are masked right."""
 import jax
 import numpy as np
+import pytest
 from flax import nnx
 
 from t2t_jax.env import io
@@ -26,6 +27,21 @@ def test_canonical_targets_are_optimal_and_straight_where_possible():
     plans = parse_completions([c["plan"] for c in canon], [len(c["starts"]) for c in canon], 5, 64)
     v = validate(batch, plans)
     assert np.asarray(v.valid).all() and np.asarray(v.optimal).all()
+
+
+def test_straight_targets_keep_only_boards_whose_straight_plan_is_valid():
+    config = make_config([{"size": [3, 6], "agents": [2, 3], "hole_density": [0.0, 0.4]}])
+    boards = io.boards_with_plans_to_json(*CertifiedGenerator(config, chunk=128)(jax.random.key(1), 100))
+    pool = sft.sft_targets(boards, "straight")
+    canon = sft.canonical_plans(boards)
+    assert 0 < len(pool) < len(boards)
+    assert len(pool) == sum(c["plan"] == io.plan_to_text(sft.straight_plan(c)) for c in canon)
+    assert all(b["plan"] == io.plan_to_text(sft.straight_plan(b)) for b in pool)
+    plans = parse_completions([b["plan"] for b in pool], [len(b["starts"]) for b in pool], 5, 64)
+    assert np.asarray(validate(io.boards_from_json(pool), plans).optimal).all()
+    assert sft.sft_targets(boards, "witness") == boards
+    with pytest.raises(ValueError, match="sft.targets: 'teacher' is not one of"):
+        sft.sft_targets(boards, "teacher")
 
 
 def test_sft_batch_masks_the_answer_and_its_end_token():

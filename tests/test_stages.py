@@ -59,6 +59,7 @@ def test_full_run_writes_everything(run):
     assert all(len(r["board_valid"]) == r["boards"] for r in results)
     change = results[-1]["vs_first"]
     assert change["against"] == "warm_start" and "vs warm_start on the same boards" in stdout
+    assert 0 < change["p_value"] <= 1 and "exact McNemar p =" in stdout
     first, last = (r["board_valid"].count("1") for r in (results[0], results[-1]))
     assert last - first == change["gained"] - change["lost"]
     records = [json.loads(line) for line in open(workdir / "proposals.jsonl")]
@@ -141,13 +142,14 @@ def test_sigterm_checkpoints_and_exits_cleanly(run, tmp_path):
     ({"grpo.guidance": "teacher"}, "grpo.guidance: 'teacher' is not one of"),
     ({"grpo.guidance": "canonical", "grpo.old_logprobs": "sampler"}, "use grpo.old_logprobs='recompute'"),
     ({"grpo.guidance": "witness", "rollout.enable_thinking": True}, "use rollout.enable_thinking=False"),
+    ({"sft.targets": "teacher"}, "sft.targets: 'teacher' is not one of"),
 ])
-def test_grpo_settings_that_cannot_work_together_are_named(change, message):
+def test_settings_that_cannot_work_are_named(change, message):
     from configs.stage import get_config
-    from t2t_jax.stages import check_grpo_config
+    from t2t_jax.stages import check_config
     config = get_config()
     for path, value in change.items():
         section, field = path.split(".")
         config[section][field] = value
     with pytest.raises(ValueError, match=message):
-        check_grpo_config(config)
+        check_config(config)

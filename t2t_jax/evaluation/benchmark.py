@@ -79,12 +79,17 @@ def results_entry(point: str, rollouts) -> dict:
 
 def paired_change(before: dict, after: dict) -> dict:
     """Two entries on the same boards -> {"against": before's point, "gained": boards valid only
-    after, "lost": boards valid only before}: the paired view of a change in the valid rate."""
+    after, "lost": boards valid only before, "p_value": the exact two-sided McNemar test of
+    gained against lost (a binomial test on the boards that changed; 1 when none did)}: the
+    paired view of a change in the valid rate, and how likely a change that large is from churn
+    alone."""
+    from scipy.stats import binomtest
     a, b = before["board_valid"], after["board_valid"]
     if len(a) != len(b):
         raise ValueError(f"paired_change: {before['point']} has {len(a)} boards, {after['point']} {len(b)}")
-    return {"against": before["point"], "gained": sum(x < y for x, y in zip(a, b)),
-            "lost": sum(x > y for x, y in zip(a, b))}
+    gained, lost = sum(x < y for x, y in zip(a, b)), sum(x > y for x, y in zip(a, b))
+    p = binomtest(gained, gained + lost).pvalue if gained + lost else 1.0
+    return {"against": before["point"], "gained": gained, "lost": lost, "p_value": round(float(p), 4)}
 
 
 def table_rows(entry: dict, label: str = "ours") -> dict:
