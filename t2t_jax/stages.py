@@ -88,8 +88,8 @@ GUIDANCE = ("none", "witness", "canonical")
 def check_config(c) -> None:
     """Errors for settings that cannot work, naming the fields, before any work (a config.json of
     a run begun before `grpo.guidance` existed reads as "none")."""
-    if c.sft.steps and c.sft.targets not in sft.SFT_TARGETS:
-        raise ValueError(f"sft.targets: {c.sft.targets!r} is not one of {sft.SFT_TARGETS}")
+    if c.sft.steps:
+        sft.check_targets(c.sft.targets)
     g = c.grpo
     guidance = g.get("guidance", "none")
     if guidance not in GUIDANCE:

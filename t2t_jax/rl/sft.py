@@ -57,10 +57,15 @@ def straight_plans(boards: Sequence[dict], max_size: int = 10, max_agents: int =
     return [{**b, "plan": io.plan_to_text(p)} for b, p, ok in zip(boards, plans, valid) if ok]
 
 
-def sft_targets(boards: Sequence[dict], targets: str, max_size: int = 10, max_agents: int = 5) -> list[dict]:
-    """The SFT pool for `targets` (one of SFT_TARGETS) from certified boards."""
+def check_targets(targets: str) -> None:
+    """The error for an `sft.targets` that is not one of SFT_TARGETS."""
     if targets not in SFT_TARGETS:
         raise ValueError(f"sft.targets: {targets!r} is not one of {SFT_TARGETS}")
+
+
+def sft_targets(boards: Sequence[dict], targets: str, max_size: int = 10, max_agents: int = 5) -> list[dict]:
+    """The SFT pool for `targets` (one of SFT_TARGETS) from certified boards."""
+    check_targets(targets)
     if targets == "witness":
         return list(boards)
     pick = canonical_plans if targets == "canonical" else straight_plans
