@@ -2,7 +2,7 @@
 
   python -m launch.bench_model [--shapes=tiny,100m] [--batch=4] [--length=128]
       [--decode_batches=1,16,64] [--prompt=32] [--new_tokens=32] [--shared_groups=8] [--group_size=8]
-      [--benches=train,grpo,shared,decode]
+      [--benches=train,grpo,shared,decode] [--noscan_layers]
 
 Prints one JSON object per line: `name`, `batch`, `ours_per_s` (tokens/s), `baseline`,
 `baseline_per_s`, `ratio`. Measured on the same weights in one run: forward + backward of the
@@ -46,6 +46,7 @@ flags.DEFINE_integer("prompt", 32, "Prompt tokens for decoding.")
 flags.DEFINE_integer("new_tokens", 32, "New tokens per row for decoding.")
 flags.DEFINE_integer("shared_groups", 8, "Prompts (groups) per GRPO batch of the shared-prompt row.")
 flags.DEFINE_integer("group_size", 8, "Samples per prompt of the shared-prompt row.")
+flags.DEFINE_bool("scan_layers", True, "Our layers under one lax.scan (False: unrolled), see Qwen3.")
 
 
 def paired(ours, baseline, repeats):
@@ -79,7 +80,7 @@ def bench_train(shape, batch, length):
     ids = np.random.default_rng(0).integers(0, config.vocab_size, (batch, length + 1))
     with tempfile.TemporaryDirectory() as tmp:
         qwen3.save_pretrained(qwen3.Qwen3(config, rngs=nnx.Rngs(0)), tmp)
-        model = qwen3.from_pretrained(tmp)
+        model = qwen3.from_pretrained(tmp, scan_layers=FLAGS.scan_layers)
         ref = transformers.Qwen3ForCausalLM.from_pretrained(tmp, attn_implementation="sdpa").train()
     step = nnx.jit(lambda m, x: nnx.value_and_grad(loss_fn)(m, x))
     x = jnp.asarray(ids)
@@ -92,7 +93,8 @@ def bench_train(shape, batch, length):
         loss.backward()
     ours, base = paired(lambda: jax.block_until_ready(step(model, x)), torch_step, FLAGS.repeats)
     emit(f"train_step_{shape}", batch, batch * length / ours, "transformers_pytorch_cpu", batch * length / base,
-         length=length, params=qwen3.num_params(config), torch_threads=torch.get_num_threads())
+         length=length, params=qwen3.num_params(config), torch_threads=torch.get_num_threads(),
+         scan_layers=FLAGS.scan_layers)
 
 
 def grpo_settings(share_prompts: bool = False, group_size: int = 1):
@@ -122,7 +124,7 @@ def bench_grpo(shape, batch, length):
             "old_logps": -rng.uniform(5, 10, (batch, c)).astype(np.float32)}
     with tempfile.TemporaryDirectory() as tmp:
         qwen3.save_pretrained(qwen3.Qwen3(config, rngs=nnx.Rngs(0)), tmp)
-        trainer = Trainer(qwen3.from_pretrained(tmp), grpo_settings())
+        trainer = Trainer(qwen3.from_pretrained(tmp, scan_layers=FLAGS.scan_layers), grpo_settings())
         ref = transformers.Qwen3ForCausalLM.from_pretrained(tmp, attn_implementation="sdpa").train()
     state = [trainer.init()]
     batch_arrays = trainer.shard(data)
@@ -139,7 +141,7 @@ def bench_grpo(shape, batch, length):
         (-logp.mean()).backward()
     ours, base = paired(ours_step, torch_step, FLAGS.repeats)
     emit(f"grpo_update_{shape}", batch, batch * length / ours, "transformers_pytorch_cpu_fwd_bwd",
-         batch * length / base, length=length)
+         batch * length / base, length=length, scan_layers=FLAGS.scan_layers)
 
 
 def bench_shared(shape):

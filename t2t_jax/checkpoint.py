@@ -4,6 +4,7 @@
     ckpt.save(step, state, meta)           # meta: JSON (stage index, phase, config history,
                                            # engineer records, results, RNG seed and counters)
     state, meta = ckpt.restore(ckpt.latest(), like=state)
+    meta = ckpt.meta(ckpt.latest())        # the JSON record alone
 
 Orbax writes each step to a temporary directory and renames it when complete, so `latest()`
 only ever names a complete checkpoint: a run killed mid-save resumes from the one before.
@@ -38,6 +39,10 @@ class Checkpointer:
 
     def latest(self) -> int | None:
         return self.manager.latest_step()
+
+    def meta(self, step: int) -> dict:
+        """The JSON record of checkpoint `step` alone (to shape the state restore from it)."""
+        return self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
 
     def restore(self, step: int, like):
         """-> (state shaped and sharded like `like`, meta dict) of checkpoint `step`."""

@@ -74,7 +74,8 @@ def setup_compilation_cache(path: str) -> None:
 def build_model(config, mesh):
     """The policy: a local HF checkpoint, or a preset with fresh weights."""
     dtype = jnp.dtype(config.model.dtype)
-    kw = dict(remat=config.model.remat, attn_chunk=config.model.attn_chunk)
+    kw = dict(remat=config.model.remat, attn_chunk=config.model.attn_chunk,
+              scan_layers=config.model.get("scan_layers", True))  # (absent in older runs' config.json)
     if config.model.checkpoint:
         return qwen3.from_pretrained(config.model.checkpoint, dtype=dtype, mesh=mesh, **kw)
     model = qwen3.Qwen3(qwen3.PRESETS[config.model.preset], dtype=dtype, param_dtype=dtype,
@@ -144,13 +145,26 @@ class StageRunner:
         latest = self.ckpt.latest()
         if latest is None:
             raise FileNotFoundError(f"no checkpoint under {self.ckpt.directory}")
-        like = {"state": self.trainer.init(), "ref": self.trainer.initial_params if self.config.grpo.beta else {}}
-        return self.ckpt.restore(latest, like)[0]["state"].params
+        return self._restore(latest, self.trainer.init())[0].params
 
     # ---- bookkeeping -------------------------------------------------------------------------
     def _save(self, state, ref, meta):
         meta["counter"] += 1
+        meta["has_ref"] = bool(jax.tree.leaves(ref))  # how to shape `ref` when restoring
         self.ckpt.save(meta["counter"], {"state": state, "ref": ref}, meta)
+
+    def _restore(self, step, state):
+        """(state, ref, meta) of checkpoint `step`; the reference params exist from the GRPO
+        phase on when grpo.beta > 0 (a clear error when beta changed across a resume)."""
+        beta = self.config.grpo.beta
+        saved = self.ckpt.meta(step)
+        has_ref = saved.get("has_ref", bool(beta) and saved["phase"] != "sft")  # (older checkpoints)
+        if saved["phase"] not in ("sft", "warm") and has_ref != bool(beta):
+            raise ValueError(f"grpo.beta: {beta} on resume, but this run's GRPO phase began with "
+                             f"{'beta > 0' if has_ref else 'beta = 0 (no reference model kept)'}; "
+                             "resume with the run's own grpo.beta (config.json)")
+        restored, meta = self.ckpt.restore(step, {"state": state, "ref": self.trainer.initial_params if has_ref else {}})
+        return restored["state"], restored["ref"], meta
 
     def _maybe_preempted(self, state, ref, meta):
         if self._term:
@@ -211,9 +225,7 @@ class StageRunner:
                 "history": [self.first.to_json()], "weights": [c.rewards.to_dict()],
                 "records": [], "results": [], "accounts": []}
         if latest is not None:
-            like_ref = self.trainer.initial_params if c.grpo.beta else {}
-            (restored, meta) = self.ckpt.restore(latest, {"state": state, "ref": like_ref})
-            state, ref = restored["state"], restored["ref"]
+            state, ref, meta = self._restore(latest, state)
             print(f"resumed from checkpoint {latest}: phase {meta['phase']}, stage {meta['stage']}, "
                   f"step {meta['step']}")
         first_boards = benchmark.benchmark_boards(c.eval.per_cell)

@@ -37,6 +37,8 @@ def test_proposal_schema_outputs_always_parse_and_validate():
         data = json.loads(text)
         jsonschema.validate(data, schema)
         assert 1 <= len(data["edits"]) <= 4
+        for edit in data["edits"]:  # every range is ordered, so only feasibility can reject it
+            assert all(edit[k][0] <= edit[k][1] for k in ("size", "agents", "hole_density")), edit
 
 
 def test_regex_constraint_and_stop_only_in_final_states():

@@ -73,10 +73,11 @@ def test_save_pretrained_round_trip(name, tmp_path):
     assert not [p for p in os.listdir(tmp_path / "ours") if p.endswith(".tmp")]
 
 
-def test_cache_prefill_and_decode_match_full_forward(tmp_path):
+@pytest.mark.parametrize("scan_layers", [True, False])
+def test_cache_prefill_and_decode_match_full_forward(tmp_path, scan_layers):
     ref = hf_model("gqa4", seed=2)
     ref.save_pretrained(tmp_path, safe_serialization=True)
-    model = qwen3.from_pretrained(str(tmp_path))
+    model = qwen3.from_pretrained(str(tmp_path), scan_layers=scan_layers)
     ids, mask = padded_batch(2)
     full = np.asarray(model(jnp.asarray(ids), attention_mask=jnp.asarray(mask)))
     prompt = 8
@@ -91,6 +92,35 @@ def test_cache_prefill_and_decode_match_full_forward(tmp_path):
     assert int(cache.index) == 12
 
 
+@pytest.mark.parametrize("name", ["tied_gqa2", "untied_gqa1_headdim"])
+def test_gradients_match_transformers(name, tmp_path):
+    """Every weight's gradient against torch autograd (our `dense` has a hand-written backward)."""
+    from flax import nnx
+
+    from t2t_jax.models.qwen3.params import HF_GLOBAL, HF_LAYER, named_params
+    ref = hf_model(name, seed=2)
+    ref.save_pretrained(tmp_path, safe_serialization=True)
+    model = qwen3.from_pretrained(str(tmp_path))
+    ids, mask = padded_batch(2)
+    proj = np.random.default_rng(2).normal(size=(3, 12, 97)).astype(np.float32) * mask[..., None]
+    graph, params = nnx.split(model)
+    grads = nnx.merge(graph, jax.grad(lambda p: jnp.sum(
+        nnx.merge(graph, p)(jnp.asarray(ids), attention_mask=jnp.asarray(mask)) * proj))(params))
+    pos = np.maximum(np.cumsum(mask, 1) - 1, 0)
+    out = ref(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask.astype(np.int64)),
+              position_ids=torch.tensor(pos)).logits
+    (out * torch.tensor(proj)).sum().backward()
+    theirs = {n: p.grad.numpy() for n, p in ref.named_parameters()}
+    for ours_name, param in named_params(grads).items():
+        g = np.asarray(param.value)
+        if ours_name in HF_LAYER:
+            pairs = [(f"model.layers.{i}.{HF_LAYER[ours_name]}", block) for i, block in enumerate(g)]
+        else:
+            pairs = [(HF_GLOBAL[ours_name], g)]
+        for hf_name, block in pairs:
+            np.testing.assert_allclose(block, theirs[hf_name], atol=2e-5, rtol=2e-4, err_msg=hf_name)
+
+
 def test_bf16_forward_is_close(tmp_path):
     ref = hf_model("tied_gqa2", seed=3)
     ref.save_pretrained(tmp_path, safe_serialization=True)
@@ -103,15 +133,16 @@ def test_bf16_forward_is_close(tmp_path):
     assert np.abs(out[mask] - f32[mask]).max() < 0.1
 
 
-def test_remat_and_chunked_attention_give_the_same_gradients():
+def test_remat_chunked_attention_and_unrolled_layers_give_the_same_gradients():
     config = qwen3.Qwen3Config(vocab_size=50, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                                num_attention_heads=4, num_key_value_heads=2, head_dim=8)
     from flax import nnx
     ids = jnp.arange(24).reshape(2, 12) % 50
     mask = jnp.ones((2, 12), bool).at[1, :5].set(False)
     grads = []
-    for remat, chunk in (("none", 0), ("full", 0), ("dots", 0), ("none", 4), ("full", 3), ("none", 5)):
-        model = qwen3.Qwen3(config, remat=remat, attn_chunk=chunk, rngs=nnx.Rngs(0))
+    for remat, chunk, scan in (("none", 0, True), ("full", 0, True), ("dots", 0, True), ("none", 4, True),
+                               ("full", 3, True), ("none", 5, True), ("none", 0, False), ("dots", 4, False)):
+        model = qwen3.Qwen3(config, remat=remat, attn_chunk=chunk, scan_layers=scan, rngs=nnx.Rngs(0))
         g = nnx.grad(lambda m: (m(ids, attention_mask=mask) * mask[..., None]).mean())(model)
         grads.append(jax.tree.leaves(nnx.state(g)))
     for other in grads[1:]:

@@ -90,6 +90,22 @@ def test_existing_workdir_needs_resume(run):
     assert out.returncode != 0 and "pass --resume" in out.stderr
 
 
+@pytest.mark.slow
+def test_kl_run_resumes_from_an_sft_checkpoint_and_a_changed_beta_is_named(tmp_path):
+    """With grpo.beta > 0 the reference params join the checkpoints at the GRPO phase: a resume
+    from an SFT checkpoint restores without them, and a resume that changes beta says so."""
+    import shutil
+    launch(tmp_path, "--config.grpo.beta=0.04", "--config.stages=0")  # checkpoints 1 (SFT step 1), 2 (warm)
+    shutil.rmtree(tmp_path / "checkpoints" / "2")
+    stdout = launch(tmp_path, "--resume", "--config.grpo.beta=0.04", "--config.stages=1")
+    assert "resumed from checkpoint 1: phase sft" in stdout and "=== stage 0" in stdout
+    out = subprocess.run([sys.executable, "-m", "launch.main", "--config=configs/stage.py:smoke",
+                          f"--workdir={tmp_path}", "--noprogress", f"--config.compilation_cache={CACHE}",
+                          "--resume", "--config.stages=2"], cwd=ROOT, env=ENV, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode != 0 and "grpo.beta: 0.0 on resume" in out.stderr, out.stderr[-3000:]
+
+
 def _kill_after_checkpoint(workdir, sig, checkpoint):
     proc = launch(workdir, wait=False)
     target = workdir / "checkpoints" / str(checkpoint)

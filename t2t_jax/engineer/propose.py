@@ -9,11 +9,13 @@ A proposal is JSON::
 
 Edit modes (`EDIT_MODES`): `selective` — an edit with `bucket` i < n replaces bucket i, `bucket`
 n (one past the last) adds a bucket, and every bucket not named is kept unchanged; `rewrite` —
-the edits are the new config. The schema (`proposal_schema`) enumerates every legal value, so
-constrained decoding always yields well-formed, in-range JSON; `apply_proposal` still checks
-everything (low <= high, feasibility of each bucket, the allowed agent range, distinct bucket
-ids, a positive valid weight) and normalises the bucket weights. An unusable proposal falls back
-to the previous config, with the reason recorded.
+the edits are the new config. The schema (`proposal_schema`) enumerates every legal value, each
+range as an ordered pair [low, high] (with free pairs the tiny embedded policy wrote `[0.1, 0.0]`
+and most of its proposals were rejected for it), so constrained decoding always yields
+well-formed, in-range JSON; `apply_proposal` still checks everything (low <= high, feasibility
+of each bucket, the allowed agent range, distinct bucket ids, a positive valid weight) and
+normalises the bucket weights. An unusable proposal falls back to the previous config, with the
+reason recorded.
 """
 from __future__ import annotations
 
@@ -49,14 +51,14 @@ def proposal_schema(config: EnvConfig, agent_range: tuple[int, int], max_edits: 
     def ints(lo, hi):
         return {"enum": list(range(lo, hi + 1))}
 
-    def pair(item):
-        return {"type": "array", "items": item, "minItems": 2, "maxItems": 2}
+    def ordered_pairs(values):  # [low, high] with low <= high: no range the check must reject
+        return {"enum": [[lo, hi] for i, lo in enumerate(values) for hi in values[i:]]}
 
     edit = {"type": "object", "properties": {
         "bucket": ints(0, len(config.buckets)),
-        "size": pair(ints(3, config.max_size)),
-        "agents": pair(ints(*agent_range)),
-        "hole_density": pair({"enum": list(DENSITIES)}),
+        "size": ordered_pairs(list(range(3, config.max_size + 1))),
+        "agents": ordered_pairs(list(range(agent_range[0], agent_range[1] + 1))),
+        "hole_density": ordered_pairs(list(DENSITIES)),
         "min_distance": ints(0, MAX_MIN_DISTANCE),
         "weight": {"enum": list(WEIGHTS)}}}
     edit["required"] = list(edit["properties"])

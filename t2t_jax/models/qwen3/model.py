@@ -15,6 +15,7 @@ V vocab, L layers, S cache length.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import chex
@@ -113,9 +114,33 @@ def attention(q, k, v, mask, chunk: int = 0):
     return out.reshape(b, h, t, e).transpose(0, 2, 1, 3).reshape(b, t, h * e)
 
 
-def dense(x, w):
-    """x: [..., I] times w: [O, I] -> [..., O] (a Linear layer without bias)."""
-    return jnp.einsum("...i,oi->...o", x, w)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def dense(x, w, out_dtype=None):
+    """x: [..., I] times w: [O, I] -> [..., O] (a Linear layer without bias), accumulated and
+    returned in `out_dtype` (None: x's dtype).
+
+    The backward pass is written out (`_dense_bwd`): the weight gradient is one 2-D matmul
+    `g^T x` over the flattened tokens. Left to autodiff inside the layer scan, XLA:CPU fused the
+    elementwise gradient (SiLU's, the residual sum) into a transposed copy of `g` that ran at a
+    few hundred MB/s and cost a quarter of the `100m` train step (README, Benchmarks)."""
+    return jnp.einsum("...i,oi->...o", x, w, preferred_element_type=out_dtype)
+
+
+def _dense_fwd(x, w, out_dtype):
+    return dense(x, w, out_dtype), (x, w)
+
+
+def _dense_bwd(out_dtype, res, g):
+    """g: [..., O] -> (dx [..., I], dw [O, I]) in the dtypes of x and w (fp32 accumulation)."""
+    x, w = res
+    g = g.astype(x.dtype)
+    dx = jnp.einsum("...o,oi->...i", g, w, preferred_element_type=jnp.float32).astype(x.dtype)
+    g2, x2 = g.reshape(-1, g.shape[-1]), x.reshape(-1, x.shape[-1])
+    dw = jnp.matmul(g2.T, x2, preferred_element_type=jnp.float32).astype(w.dtype)
+    return dx, dw
+
+
+dense.defvjp(_dense_fwd, _dense_bwd)
 
 
 def _layer(config: Qwen3Config, x, w, cos, sin, mask, cache_kv=None, index=None, attn_chunk: int = 0):
@@ -154,13 +179,19 @@ class Qwen3(nnx.Module):
       remat: "none", "full" or "dots" (what the backward pass may keep), see REMAT_POLICIES.
       attn_chunk: query block size of memory-efficient attention for sequences longer than it
         (0: off), see `attention`.
+      scan_layers: run the layers under one `lax.scan` (one compiled layer body: compile time
+        independent of depth, the pod-scale setting); False unrolls them (L copies of the body,
+        no stacked activation buffers; on CPU faster for some shapes and slower for others,
+        README Benchmarks), as MaxText's `scan_layers`.
     """
 
     def __init__(self, config: Qwen3Config, *, dtype=jnp.float32, param_dtype=jnp.float32,
-                 remat: str = "none", attn_chunk: int = 0, rngs: nnx.Rngs | None = None):
+                 remat: str = "none", attn_chunk: int = 0, scan_layers: bool = True,
+                 rngs: nnx.Rngs | None = None):
         if remat not in REMAT_POLICIES:
             raise ValueError(f"remat: {remat!r} is not one of {sorted(REMAT_POLICIES)}")
         self.config, self.dtype, self.remat, self.attn_chunk = config, dtype, remat, attn_chunk
+        self.scan_layers = scan_layers
         rngs = rngs or nnx.Rngs(0)
         c, n = config, config.num_hidden_layers
         init = jax.nn.initializers.normal(0.02)
@@ -198,9 +229,10 @@ class Qwen3(nnx.Module):
         """Final hidden states [B, T, D] (and the updated cache when one is given).
 
         Without `layers` the stacked weights run under one scan (the cache's per-layer arrays
-        are stacked alongside for the call: fine for a prefill). `layers`, the output of
-        `unstack_layers()` computed once by a caller that steps repeatedly, unrolls the layers
-        instead, each updating its own cache arrays in place (a decode step)."""
+        are stacked alongside for the call: fine for a prefill), or unrolled when the model was
+        built with `scan_layers=False`. `layers`, the output of `unstack_layers()` computed once
+        by a caller that steps repeatedly, unrolls the layers, each updating its own cache
+        arrays in place (a decode step)."""
         c = self.config
         b, t = input_ids.shape
         mask = jnp.ones((b, t), bool) if attention_mask is None else attention_mask.astype(bool)
@@ -216,12 +248,17 @@ class Qwen3(nnx.Module):
             attn_mask = valid[:, None, :] & (slots[None, None, :] <= query_slot[None, :, None])
             index = cache.index
         cos, sin = rope(positions, c.head_dim, c.rope_theta)
+        policy = REMAT_POLICIES[self.remat]
+        if layers is None and not self.scan_layers:
+            layers = self.unstack_layers()
         if layers is not None:
-            if cache is None:
-                raise ValueError("layers= is for calls with a cache (decode steps)")
+            layer = functools.partial(_layer, c, attn_chunk=self.attn_chunk)
+            if policy is not None and cache is None:  # (decode steps are never differentiated)
+                layer = jax.checkpoint(layer, policy=policy)
             new_k, new_v = [], []
-            for w, ck, cv in zip(layers, cache.k, cache.v):
-                x, (k, v) = _layer(c, x, w, cos, sin, attn_mask, (ck, cv), index)
+            for i, w in enumerate(layers):
+                layer_kv = None if cache is None else (cache.k[i], cache.v[i])
+                x, (k, v) = layer(x, w, cos, sin, attn_mask, layer_kv, index)
                 new_k.append(k)
                 new_v.append(v)
             kv = (tuple(new_k), tuple(new_v))
@@ -231,7 +268,6 @@ class Qwen3(nnx.Module):
                 x, layer_kv = _layer(c, x, w, cos, sin, attn_mask, layer_kv, index, self.attn_chunk)
                 return x, (layer_kv if cache is not None else None)
 
-            policy = REMAT_POLICIES[self.remat]
             if policy is not None:
                 body = jax.checkpoint(body, policy=policy)
             stacked_kv = None if cache is None else (jnp.stack(cache.k), jnp.stack(cache.v))
@@ -247,7 +283,7 @@ class Qwen3(nnx.Module):
     def logits_from_hidden(self, h):
         """[..., D] -> [..., V] logits in fp32."""
         head = self.embed.value if self.lm_head is None else self.lm_head.value
-        return jnp.einsum("...d,vd->...v", h, head.astype(self.dtype), preferred_element_type=jnp.float32)
+        return dense(h, head.astype(self.dtype), jnp.float32)
 
     def token_logprobs(self, h, targets, chunk: int = 256, temperature: float = 1.0,
                        with_entropy: bool = False):
