@@ -158,7 +158,7 @@ def bench_shared(shape):
             "completion_ids": rng.integers(0, config.vocab_size, (b, c)).astype(np.int32),
             "completion_mask": np.arange(c)[None] < rng.integers(c // 4, c + 1, b)[:, None],
             "advantages": rng.normal(size=b).astype(np.float32)}
-    model = qwen3.Qwen3(config, rngs=nnx.Rngs(0))
+    model = qwen3.Qwen3(config, scan_layers=FLAGS.scan_layers, rngs=nnx.Rngs(0))
     shared, full = Trainer(model, grpo_settings(True, g)), Trainer(model, grpo_settings(False, g))
     arrays = shared.shard(data)
     states = {"shared": shared.init(), "full": full.init()}

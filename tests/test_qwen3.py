@@ -42,12 +42,16 @@ def padded_batch(seed=0):
     return ids, mask
 
 
-def hf_logits(model, ids, mask):
+def hf_forward(model, ids, mask):
+    """transformers' logits (a torch tensor) with positions from the mask, as ours."""
     pos = np.maximum(np.cumsum(mask, 1) - 1, 0)
+    return model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask.astype(np.int64)),
+                 position_ids=torch.tensor(pos)).logits
+
+
+def hf_logits(model, ids, mask):
     with torch.no_grad():
-        out = model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask.astype(np.int64)),
-                    position_ids=torch.tensor(pos))
-    return out.logits.numpy()
+        return hf_forward(model, ids, mask).numpy()
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
@@ -97,7 +101,7 @@ def test_gradients_match_transformers(name, tmp_path):
     """Every weight's gradient against torch autograd (our `dense` has a hand-written backward)."""
     from flax import nnx
 
-    from t2t_jax.models.qwen3.params import HF_GLOBAL, HF_LAYER, named_params
+    from t2t_jax.models.qwen3.params import HF_LAYER, hf_names, named_params
     ref = hf_model(name, seed=2)
     ref.save_pretrained(tmp_path, safe_serialization=True)
     model = qwen3.from_pretrained(str(tmp_path))
@@ -106,18 +110,12 @@ def test_gradients_match_transformers(name, tmp_path):
     graph, params = nnx.split(model)
     grads = nnx.merge(graph, jax.grad(lambda p: jnp.sum(
         nnx.merge(graph, p)(jnp.asarray(ids), attention_mask=jnp.asarray(mask)) * proj))(params))
-    pos = np.maximum(np.cumsum(mask, 1) - 1, 0)
-    out = ref(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask.astype(np.int64)),
-              position_ids=torch.tensor(pos)).logits
-    (out * torch.tensor(proj)).sum().backward()
+    (hf_forward(ref, ids, mask) * torch.tensor(proj)).sum().backward()
     theirs = {n: p.grad.numpy() for n, p in ref.named_parameters()}
     for ours_name, param in named_params(grads).items():
         g = np.asarray(param.value)
-        if ours_name in HF_LAYER:
-            pairs = [(f"model.layers.{i}.{HF_LAYER[ours_name]}", block) for i, block in enumerate(g)]
-        else:
-            pairs = [(HF_GLOBAL[ours_name], g)]
-        for hf_name, block in pairs:
+        blocks = g if ours_name in HF_LAYER else g[None]
+        for hf_name, block in zip(hf_names(model.config, ours_name), blocks, strict=True):
             np.testing.assert_allclose(block, theirs[hf_name], atol=2e-5, rtol=2e-4, err_msg=hf_name)
 
 

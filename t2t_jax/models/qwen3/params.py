@@ -82,7 +82,8 @@ class _Reader:
         return tuple(self._tensor(name).get_shape())
 
 
-def _hf_names(config: Qwen3Config, name: str) -> list[str]:
+def hf_names(config: Qwen3Config, name: str) -> list[str]:
+    """The Hugging Face tensor names of our weight `name` (one per layer for stacked weights)."""
     if name in HF_LAYER:
         return [f"model.layers.{i}.{HF_LAYER[name]}" for i in range(config.num_hidden_layers)]
     return [HF_GLOBAL[name]]
@@ -119,7 +120,7 @@ def from_pretrained(path: str, dtype=jnp.float32, mesh=None, rules=None, **model
     model = nnx.eval_shape(lambda: Qwen3(config, dtype=dtype, param_dtype=dtype, **model_kw))
     np_dtype = np.dtype(jnp.dtype(dtype))
     for name, param in named_params(model).items():
-        names = _hf_names(config, name)
+        names = hf_names(config, name)
         stacked = name in HF_LAYER
         expect = param.value.shape[1:] if stacked else param.value.shape
         for n in names:
@@ -156,7 +157,7 @@ def save_pretrained(model: Qwen3, path: str) -> None:
     for name, param in named_params(model).items():
         value = np.asarray(jax.device_get(param.value))
         blocks = value if name in HF_LAYER else value[None]
-        for n, block in zip(_hf_names(config, name), blocks):
+        for n, block in zip(hf_names(config, name), blocks):
             tensors[n] = np.ascontiguousarray(block)
     hf = config.to_hf()
     hf["torch_dtype"] = str(np.dtype(jnp.dtype(model.embed.value.dtype)))
