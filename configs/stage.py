@@ -31,7 +31,6 @@ def get_config(arg: str = ""):
     # model's samples are mostly invalid even where its greedy plan is valid, and groups rarely
     # hold a success to learn from.
     c.rollout.update(max_new_tokens=64, prompt_style="offsets", temperature=0.7)
-    c.train.update(temperature=0.7)
     # 3-agent boards (the benchmark's smallest agent count) of every size.
     c.env.initial = json.dumps({"max_size": 10, "max_agents": 5, "buckets": [
         {"size": [3, 10], "agents": 3, "hole_density": [0.0, 0.4], "min_distance": 1}]})
@@ -48,7 +47,7 @@ def get_config(arg: str = ""):
     # The engineer's agent counts: those of the warm start and the benchmark (a 1-agent bucket it
     # once added cost the policy 12 benchmark boards and gained none; README, the stage loop).
     c.engineer.update(failure_cases=2, agent_range=(2, 5))
-    c.eval.update(per_cell=30, mid_per_cell=6, heldout=32, batch_size=64)
+    c.eval.update(per_cell=30, mid_per_cell=6, heldout=32, batch_size=64, monitor=256, monitor_samples=8)
     c.checkpoint.update(every=50)
     if arg == "smoke":  # the test suite's run: every phase, in seconds
         c.stages = 2
@@ -56,7 +55,7 @@ def get_config(arg: str = ""):
         c.sft.update(steps=2, batch_size=4, boards=64)
         c.grpo.update(steps=2, prompts=2, group_size=2, dynamic_sampling_rounds=1)
         c.engineer.update(failure_cases=1, max_edits=1, max_tokens=200)
-        c.eval.update(per_cell=1, mid_per_cell=1, heldout=8, batch_size=16)
+        c.eval.update(per_cell=1, mid_per_cell=1, heldout=8, batch_size=16, monitor=8, monitor_samples=2)
         c.checkpoint.update(every=1)
         c.logging.update(text_every=1)
     elif arg:

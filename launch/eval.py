@@ -6,6 +6,7 @@ Writes, in --out (default: the run's workdir, or ./eval_<name>): results_table.{
 ours, mean completion tokens per cell) and heatmap.png.
 
     python -m launch.eval --run=runs/default --per_cell=30
+    python -m launch.eval --run=runs/default --per_cell=30 --samples=8 --temperature=0.7   # + avg@8, pass@8
     python -m launch.eval --hf=/ckpt/Qwen3-4B --enable_thinking --max_new_tokens=8192 --out=eval_base
 """
 if __name__ == "__main__":  # restart with the malloc tunable before jax loads: t2t_jax/hostenv.py
@@ -26,12 +27,19 @@ _BATCH = flags.DEFINE_integer("batch_size", 64, "Boards per decode batch.")
 _THINKING = flags.DEFINE_bool("enable_thinking", False, "Thinking mode (for --hf).")
 _STYLE = flags.DEFINE_string("prompt_style", "full", "Prompt style for --hf (full or compact).")
 _LABEL = flags.DEFINE_string("label", "", "The row name of this model in the tables.")
+_SAMPLES = flags.DEFINE_integer("samples", 0, "k > 0: also k sampled completions per board (avg@k, pass@k).",
+                                lower_bound=0)
+_TEMPERATURE = flags.DEFINE_float("temperature", 1.0, "Sampling temperature of --samples (> 0).")
+_TOP_P = flags.DEFINE_float("top_p", 1.0, "Nucleus of --samples, in (0, 1].")
+_SEED = flags.DEFINE_integer("seed", 0, "Seed of the --samples draws.")
 
 
 def main(argv):
     del argv
     if bool(_RUN.value) == bool(_HF.value):
         raise app.UsageError("give exactly one of --run and --hf")
+    if _SAMPLES.value and not (_TEMPERATURE.value > 0 and 0 < _TOP_P.value <= 1):
+        raise app.UsageError(f"--temperature {_TEMPERATURE.value} must be > 0 and --top_p {_TOP_P.value} in (0, 1]")
     logging.set_verbosity(logging.WARNING)
     from t2t_jax.evaluation import benchmark
     if _RUN.value:
@@ -53,12 +61,23 @@ def main(argv):
         name = os.path.basename(os.path.abspath(_HF.value))
         out, label = _OUT.value or f"eval_{name}", _LABEL.value or name
     boards = benchmark.benchmark_boards(_PER_CELL.value)
-    rollouts = benchmark.evaluate(policy, params, boards, max_new_tokens=budget, batch_size=_BATCH.value,
-                                  reward_weights={"valid": 1.0}, progress=True)
-    entry = benchmark.results_entry(label, rollouts)
+    kw = dict(max_new_tokens=budget, batch_size=_BATCH.value, reward_weights={"valid": 1.0}, progress=True)
+    rollouts = benchmark.evaluate(policy, params, boards, **kw)
+    sampled = None
+    if _SAMPLES.value:
+        sampled = benchmark.evaluate(policy, params, boards, samples=_SAMPLES.value, temperature=_TEMPERATURE.value,
+                                     top_p=_TOP_P.value, seed=_SEED.value, desc=f"avg@{_SAMPLES.value}", **kw)
+    entry = benchmark.results_entry(label, rollouts, sampled, k=_SAMPLES.value, temperature=_TEMPERATURE.value,
+                                    top_p=_TOP_P.value)
     paths = benchmark.write_tables(out, entry, label=label)
-    print(json.dumps({"valid": entry["valid"], "optimal": entry["optimal"], "boards": entry["boards"],
-                      "mean_tokens": entry["mean_tokens"], **paths}))
+    summary = {"valid": entry["valid"], "optimal": entry["optimal"], "boards": entry["boards"],
+               "mean_tokens": entry["mean_tokens"]}
+    if sampled is not None:
+        k = _SAMPLES.value
+        summary.update({f"avg@{k}_valid": entry["sampled"]["avg_valid"], f"pass@{k}_valid": entry["sampled"]["pass_valid"],
+                        f"avg@{k}_optimal": entry["sampled"]["avg_optimal"],
+                        f"pass@{k}_optimal": entry["sampled"]["pass_optimal"]})
+    print(json.dumps({**summary, **paths}))
 
 
 if __name__ == "__main__":

@@ -23,11 +23,18 @@ def main(argv):
     from t2t_jax.stages import StageRunner
     results = StageRunner(_CONFIG.value, _WORKDIR.value, progress=_PROGRESS.value).run(resume=_RESUME.value)
     for r in results:
-        print(f"{r['point']:>12}: valid {r['valid']:.3f}  optimal {r['optimal']:.3f}  ({r['boards']} boards)")
-        if "vs_first" in r:
-            d = r["vs_first"]
-            print(f"{'':>12}  vs {d['against']} on the same boards: {d['gained']} gained, {d['lost']} lost "
-                  f"(exact McNemar p = {d.get('p_value', float('nan')):.3f})")
+        print(f"{r['point']:>12}: valid {r['valid']:.3f}  optimal {r['optimal']:.3f}  ({r['boards']} boards)"
+              + (f"  monitor avg@{r['monitor']['k']} valid {r['monitor']['avg_valid']:.3f}" if "monitor" in r else ""))
+    last = results[-1]
+    if "vs_first" in last:
+        d = last["vs_first"]
+        print(f"benchmark, {last['point']} vs {d['against']} on the same {last['boards']} boards (greedy): "
+              f"{d['gained']} gained, {d['lost']} lost, valid {d.get('diff', 0):+.4f} {d.get('ci95', '')} "
+              f"(exact McNemar p = {d.get('p_value', float('nan')):.3f})")
+    if "monitor_vs_first" in last:
+        d, m = last["monitor_vs_first"], last["monitor"]
+        print(f"monitor, {last['point']} vs {d['against']} on the same {d['boards']} boards (avg@{m['k']} valid at "
+              f"T={m['temperature']}): {d['diff']:+.4f}, 95% CI {d['ci95']} (paired permutation p = {d['p_value']:.4f})")
     print(f"results: {_WORKDIR.value}/results.json, {_WORKDIR.value}/results_table.md")
 
 

@@ -84,17 +84,29 @@ def build_model(config, mesh):
 
 
 GUIDANCE = ("none", "witness", "canonical")
+OLD_LOGPROBS = ("recompute", "sampler")
+# The monitor's boards: one fixed draw from env.initial, the same for every seed and arm.
+MONITOR_KEY = 20261202
 
 
 def check_config(c) -> None:
     """Errors for settings that cannot work, naming the fields, before any work (a config.json of
-    a run begun before `grpo.guidance` existed reads as "none")."""
+    a run begun before a field existed reads as its old behaviour)."""
     if c.sft.steps:
         sft.check_targets(c.sft.targets)
     g = c.grpo
+    for field, value, legal in (("grpo.guidance", g.get("guidance", "none"), GUIDANCE),
+                                ("grpo.old_logprobs", g.old_logprobs, OLD_LOGPROBS),
+                                ("grpo.control", g.get("control", "none"), grpo.CONTROLS),
+                                ("grpo.informative", g.get("informative", "reward"), grpo.INFORMATIVE)):
+        if value not in legal:
+            raise ValueError(f"{field}: {value!r} is not one of {legal}")
+    if not c.rollout.temperature > 0:
+        raise ValueError(f"rollout.temperature: {c.rollout.temperature} must be > 0 (GRPO samples its groups)")
+    if "temperature" in c.train and c.train.temperature != c.rollout.temperature:
+        raise ValueError(f"train.temperature: {c.train.temperature} differs from rollout.temperature: "
+                         f"{c.rollout.temperature}; the update's log-probs are at the sampling temperature")
     guidance = g.get("guidance", "none")
-    if guidance not in GUIDANCE:
-        raise ValueError(f"grpo.guidance: {guidance!r} is not one of {GUIDANCE}")
     if guidance != "none" and g.old_logprobs == "sampler":
         raise ValueError("grpo.guidance: guided rows have no sampler log-probs; use grpo.old_logprobs='recompute'")
     if guidance != "none" and c.rollout.enable_thinking:
@@ -187,21 +199,45 @@ class StageRunner:
             key = jax.random.fold_in(key, p)
         return key
 
-    def _evaluate(self, params, boards, desc):
+    def _evaluate(self, params, boards, desc, samples: int = 0):
+        """Greedy rollouts of `boards`, or `samples` per board at the rollout temperature / top_p
+        (seeded by the run's seed alone: every point draws the same random numbers)."""
         c = self.config
         return benchmark.evaluate(self.policy, params, boards, max_new_tokens=c.rollout.max_new_tokens,
                                   batch_size=c.eval.batch_size, reward_weights=c.rewards.to_dict(),
-                                  progress=self.progress, desc=desc)
+                                  progress=self.progress, desc=desc, samples=samples,
+                                  temperature=c.rollout.temperature, top_p=c.rollout.top_p, seed=c.seed)
 
-    def _record_point(self, meta, point, params, boards, step, paired: bool = False):
-        """Evaluate on `boards` and append the entry (`paired`: with `vs_first`, the boards
-        gained and lost since the first point, which used the same boards)."""
+    def _sampled(self, params, boards, k, desc):
+        c = self.config
+        return benchmark.sampled_entry(self._evaluate(params, boards, desc, samples=k), k,
+                                       c.rollout.temperature, c.rollout.top_p)
+
+    def monitor_boards(self) -> list[dict]:
+        """The training-distribution monitor: `eval.monitor` boards of env.initial, one fixed draw."""
+        return self._boards(self.first, jax.random.key(MONITOR_KEY), self.config.eval.monitor)
+
+    def _record_point(self, meta, point, params, boards, step, monitor, paired: bool = False):
+        """Evaluate on `boards` (greedy; avg@k too with eval.samples) and on the `monitor` boards
+        (avg@k), append the entry. `paired`: `vs_first`, the boards gained and lost since the
+        first point, which used the same boards; the monitor is always paired (`monitor_vs_first`)."""
+        c = self.config
         entry = benchmark.results_entry(point, self._evaluate(params, boards, f"eval {point}"))
-        if paired and "board_valid" in meta["results"][0]:  # (absent in runs begun before it existed)
-            entry["vs_first"] = benchmark.paired_change(meta["results"][0], entry)
+        if c.eval.get("samples", 0):
+            entry["sampled"] = self._sampled(params, boards, c.eval.samples, f"eval {point} avg@{c.eval.samples}")
+        first = meta["results"][0] if meta["results"] else None
+        if paired and "board_valid" in first:  # (absent in runs begun before it existed)
+            entry["vs_first"] = benchmark.paired_change(first, entry)
+        values = {"benchmark/valid": entry["valid"], "benchmark/optimal": entry["optimal"],
+                  "benchmark/mean_tokens": entry["mean_tokens"]}
+        if monitor:
+            entry["monitor"] = self._sampled(params, monitor, c.eval.monitor_samples, f"monitor {point}")
+            values.update({f"monitor/{k}": entry["monitor"][k] for k in ("avg_valid", "avg_optimal", "pass_valid")})
+            if first is not None and "monitor" in first:
+                entry["monitor_vs_first"] = {**benchmark.paired_sampled_change(first["monitor"], entry["monitor"]),
+                                             "against": first["point"]}
         meta["results"].append(entry)
-        self.writer.scalars(step, {"benchmark/valid": entry["valid"], "benchmark/optimal": entry["optimal"],
-                                   "benchmark/mean_tokens": entry["mean_tokens"]})
+        self.writer.scalars(step, values)
         self._write_records(meta)
         return entry
 
@@ -230,17 +266,19 @@ class StageRunner:
                   f"step {meta['step']}")
         first_boards = benchmark.benchmark_boards(c.eval.per_cell)
         mid_boards = benchmark.benchmark_boards(c.eval.mid_per_cell)
+        monitor = self.monitor_boards() if c.eval.get("monitor", 0) else []
         if meta["phase"] == "sft":
             state = self._sft(state, meta)
             meta.update(phase="warm", step=0)
         if meta["phase"] == "warm":
-            self._record_point(meta, "warm_start" if c.sft.steps else "initial", state.params, first_boards, 0)
+            self._record_point(meta, "warm_start" if c.sft.steps else "initial", state.params, first_boards, 0,
+                               monitor)
             state = self.trainer.init(state.params) if c.sft.steps else state
             ref = jax.tree.map(lambda x: x.copy(), state.params) if c.grpo.beta else {}
             meta.update(phase="grpo", stage=0, step=0)
             self._save(state, ref, meta)
         while meta["stage"] < c.stages:
-            state = self._stage(state, ref, meta, first_boards, mid_boards)
+            state = self._stage(state, ref, meta, first_boards, mid_boards, monitor)
         entry = meta["results"][-1]
         if jax.process_index() == 0:
             benchmark.write_tables(self.workdir, entry)
@@ -270,7 +308,7 @@ class StageRunner:
                            batch_size=c.sft.batch_size, answer_length=c.sft.answer_length,
                            seed=c.seed, start=meta["step"], callback=callback, progress=self.progress)
 
-    def _stage(self, state, ref, meta, first_boards, mid_boards):
+    def _stage(self, state, ref, meta, first_boards, mid_boards, monitor):
         from tqdm import tqdm
         c, s = self.config, meta["stage"]
         env_config = EnvConfig.from_json(meta["history"][-1])
@@ -283,8 +321,8 @@ class StageRunner:
         for step in tqdm(range(meta["step"], c.grpo.steps), desc=f"stage {s}", disable=not self.progress,
                          initial=meta["step"], total=c.grpo.steps):
             global_step = s * c.grpo.steps + step
-            state, ro, metrics = self._grpo_step(state, ref, pool, step, weights, global_step)
-            self._log_step(global_step, ro, metrics, env_config)
+            state, ro, drawn, metrics = self._grpo_step(state, ref, pool, step, weights, global_step)
+            self._log_step(global_step, ro, drawn, metrics, env_config)
             meta["step"] = step + 1
             if (step + 1) % c.checkpoint.every == 0 and step + 1 < c.grpo.steps:
                 self._save(state, ref, meta)
@@ -301,7 +339,7 @@ class StageRunner:
         self._log_failures(global_step, ro)
         last = s == c.stages - 1
         entry = self._record_point(meta, f"stage_{s}", state.params, first_boards if last else mid_boards,
-                                   global_step, paired=last)
+                                   global_step, monitor, paired=last)
         record = None
         if not last:
             record = self.engineer.propose(state.params, account, env_config, self.first, weights)
@@ -317,34 +355,31 @@ class StageRunner:
         return state
 
     def _grpo_step(self, state, ref, pool, step, weights, global_step):
+        """One GRPO update. Returns (state, the batch's Rollouts, every sample drawn this step
+        before selection and guidance, metrics)."""
         c, g = self.config, self.config.grpo
         p = g.prompts
-        parts, kept = [], 0
-        for round_ in range(1 + g.dynamic_sampling_rounds):
+        rounds, drawn, informative = [], [], []
+        for round_ in range(1 + g.dynamic_sampling_rounds if g.dynamic_sampling else 1):
             start = (step * (1 + g.dynamic_sampling_rounds) + round_) * p
             ro = self.policy.rollout(state.params, pool[start:start + p], n=g.group_size,
                                      max_new_tokens=c.rollout.max_new_tokens, reward_weights=weights,
                                      temperature=c.rollout.temperature, top_k=c.rollout.top_k,
                                      top_p=c.rollout.top_p, seed=c.seed * 1_000_003 + global_step * 17 + round_)
+            drawn.append(ro)
             if g.get("guidance", "none") != "none":
                 ro = guide(self.policy, ro, g.group_size, c.rollout.max_new_tokens, weights)
-            if not g.dynamic_sampling:
-                parts.append(ro)
+            rounds.append(ro)
+            informative.append(grpo.informative_groups(ro.terms, ro.rewards, g.group_size,
+                                                       g.get("informative", "reward")))
+            if sum(m.sum() for m in informative) >= p:
                 break
-            r = ro.rewards.reshape(p, g.group_size)
-            informative = np.flatnonzero(r.std(axis=1) > 0)
-            rows = [i * g.group_size + j for i in informative[:p - kept] for j in range(g.group_size)]
-            if rows:
-                parts.append(ro.select(rows))
-                kept += len(rows) // g.group_size
-            if kept >= p:
-                break
-        if g.dynamic_sampling and kept < p:  # not enough informative groups: fill with the last round's
-            fill = [i * g.group_size + j for i in range(p - kept) for j in range(g.group_size)]
-            parts.append(ro.select(fill))
-        ro = concat(parts)
+        picks = grpo.select_groups(informative, p) if g.dynamic_sampling else [(0, i) for i in range(p)]
+        ro = concat([rounds[r].select(range(i * g.group_size, (i + 1) * g.group_size)) for r, i in picks])
         adv = np.asarray(grpo.group_advantages(ro.rewards, g.group_size, g.scale_rewards))
-        batch = ro.batch() | {"advantages": adv}
+        if g.get("control", "none") == "shuffle":
+            adv = grpo.shuffle_within_groups(adv, g.group_size, seed=c.seed * 1_000_003 + global_step)
+        batch = ro.batch() | {"advantages": adv, "sampler_logps": ro.logprobs, "sampled": ~ro.guided}
         if g.old_logprobs == "sampler":
             batch["old_logps"] = ro.logprobs
         batch = self.trainer.shard(batch)
@@ -357,17 +392,20 @@ class StageRunner:
             state, metrics = self.trainer.update(state, batch)
         metrics = {k: float(v) for k, v in metrics.items()}
         metrics["guided"] = float(np.mean(ro.guided))
+        metrics["informative_groups"] = float(np.mean(np.concatenate(informative)))
         metrics["tokens_per_s"] = float(ro.completion_mask.sum() + ro.prompt_mask.sum()) * g.num_iterations / (time.time() - t0)
         self.trainer.check_finite(metrics)
-        return state, ro, metrics
+        return state, ro, concat(drawn), metrics
 
     # ---- logs -------------------------------------------------------------------------------
-    def _log_step(self, step, ro, metrics, env_config):
-        """Scalars of one update; rollout statistics count the policy's own samples only."""
+    def _log_step(self, step, ro, drawn, metrics, env_config):
+        """Scalars of one update: `reward/*` are the policy's own samples as drawn (every round,
+        before selection), `selected/*` the batch the update trained on (guided rows excluded)."""
         values = {f"train/{k}": v for k, v in metrics.items() if k != "bad_in_a_row"}
-        ro = ro.select(np.flatnonzero(~ro.guided))
-        values.update({f"reward/{t}": float(np.mean(ro.terms[t])) for t in TERMS})
-        values["reward/total"] = float(np.mean(ro.rewards))
+        for prefix, rows in (("reward", drawn), ("selected", ro.select(np.flatnonzero(~ro.guided)))):
+            values.update({f"{prefix}/{t}": float(np.mean(rows.terms[t])) for t in TERMS})
+            values[f"{prefix}/total"] = float(np.mean(rows.rewards))
+        ro = drawn
         values["completion/mean_tokens"] = float(np.mean(ro.lengths))
         values["completion/truncated"] = float(np.mean(ro.truncated))
         buckets = np.array([b.get("bucket", 0) for b in ro.boards])
@@ -398,6 +436,10 @@ class StageRunner:
                          f"{b['valid_ci']}, optimal {b['optimal']:.2f}, mean tokens {b['mean_tokens']:.0f}")
         lines.append(f"benchmark ({entry['boards']} boards): valid {entry['valid']:.3f}, optimal "
                      f"{entry['optimal']:.3f}, mean tokens {entry['mean_tokens']:.0f}")
+        if "monitor_vs_first" in entry:
+            m, d = entry["monitor"], entry["monitor_vs_first"]
+            lines.append(f"monitor ({m['boards']} boards, avg@{m['k']}): valid {m['avg_valid']:.3f}, "
+                         f"{d['diff']:+.3f} {d['ci95']} vs {d['against']} (paired permutation p = {d['p_value']:.4f})")
         if record is not None:
             lines.append(f"engineer ({record['kind']}): {record['reason']}")
             lines.append(f"next config: {json.dumps(record['config']['buckets'])}")

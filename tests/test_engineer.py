@@ -137,3 +137,25 @@ def test_engineer_rejects_unknown_settings(rollouts):
     cfg = types.SimpleNamespace(kind="oracle", edit_mode="selective", evidence="raw", agent_range=(1, 5))
     with pytest.raises(ValueError, match="engineer.kind: 'oracle'"):
         Engineer(cfg, policy)
+
+
+@pytest.mark.parametrize("guard", [True, False])
+def test_reward_guard_keeps_accuracy_first_below_the_threshold(rollouts, monkeypatch, guard):
+    """A review run's tiny engineer set length 1.0 against valid 0.1 at 0% held-out valid, and the
+    next stage trained on a reward dominated by length: the guard puts accuracy first."""
+    policy, ro = rollouts
+    account = context.build_account(0, CONFIG, ACCURACY_FIRST, ro, cases=0)
+    assert account["overall"]["valid"] < 0.6
+    text = json.dumps({"edits": [{"bucket": 0, "size": [3, 4], "agents": [2, 2], "hole_density": [0.0, 0.1],
+                                  "min_distance": 1, "weight": 1.0}],
+                       "reward_weights": {"valid": 0.1, "length": 1.0, "optimal": 1.0, "efficiency": 0.5}})
+    monkeypatch.setattr(Engineer, "_decode", lambda *a: (text, False))
+    cfg = types.SimpleNamespace(kind="self", edit_mode="selective", evidence="raw", failure_cases=0, constrained=False,
+                                max_tokens=200, temperature=1.0, top_p=1.0, agent_range=(1, 5), max_edits=2,
+                                efficiency_threshold=0.6, reward_guard=guard)
+    record = Engineer(cfg, policy).propose(None, account, CONFIG, CONFIG, ACCURACY_FIRST)
+    assert record["accepted"] and record["config"]["buckets"][0]["size"] == [3, 4]
+    if guard:
+        assert record["reward_weights"] == ACCURACY_FIRST and "engineer.reward_guard" in record["reason"]
+    else:
+        assert record["reward_weights"]["length"] == 1.0 and record["reason"] == "accepted"

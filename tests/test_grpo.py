@@ -88,3 +88,48 @@ def test_unknown_loss_type_is_named():
     logps, old, ref, adv, mask = inputs(0)
     with pytest.raises(ValueError, match="loss_type: 'ppo'"):
         grpo.policy_loss(logps, old, None, adv, mask, cfg)
+
+
+def test_dynamic_sampling_never_takes_a_group_twice():
+    """The batch that once came out [r0g2, r1g1, r2g0, r2g0]: one informative group per round,
+    four wanted. The fill comes from the last round's groups not taken yet."""
+    informative = [np.array([0, 0, 1, 0], bool), np.array([0, 1, 0, 0], bool), np.array([1, 0, 0, 0], bool)]
+    picks = grpo.select_groups(informative, 4)
+    assert picks == [(0, 2), (1, 1), (2, 0), (2, 1)]
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        rounds = [rng.random(4) < rng.random() for _ in range(rng.integers(1, 4))]
+        picks = grpo.select_groups(rounds, 4)
+        assert len(picks) == 4 and len(set(picks)) == 4
+        assert [p for p in picks if rounds[p[0]][p[1]]] == [
+            (r, g) for r, m in enumerate(rounds) for g in np.flatnonzero(m)][:4]  # informative ones first
+
+
+def test_informative_groups_key_on_accuracy_unless_asked():
+    # group 0 differs in length only, group 1 in validity, group 2 not at all
+    terms = {"valid": np.array([1, 1, 0, 1, 0, 0], np.float32), "optimal": np.zeros(6, np.float32)}
+    rewards = np.array([1.0, 0.9, 0.0, 1.0, 0.0, 0.0])
+    assert grpo.informative_groups(terms, rewards, 2).tolist() == [False, True, False]
+    assert grpo.informative_groups(terms, rewards, 2, "reward").tolist() == [True, True, False]
+    optimal_only = {"valid": np.ones(2, np.float32), "optimal": np.array([1, 0], np.float32)}
+    assert grpo.informative_groups(optimal_only, np.ones(2), 2).tolist() == [True]
+    with pytest.raises(ValueError, match="grpo.informative: 'total'"):
+        grpo.informative_groups(terms, rewards, 2, "total")
+
+
+def test_shuffle_control_permutes_within_groups():
+    adv = np.arange(32, dtype=np.float32)
+    out = grpo.shuffle_within_groups(adv, 8, seed=3)
+    for g in range(4):
+        assert sorted(out[8 * g:8 * g + 8]) == list(adv[8 * g:8 * g + 8])
+    assert not np.array_equal(out, adv)
+    np.testing.assert_array_equal(out, grpo.shuffle_within_groups(adv, 8, seed=3))
+    assert not np.array_equal(out, grpo.shuffle_within_groups(adv, 8, seed=4))
+
+
+def test_log_ratio_is_clamped_before_exp():
+    cfg = types.SimpleNamespace(loss_type="dapo", epsilon_low=0.2, epsilon_high=0.28, beta=0.0)
+    logps, old = np.zeros((2, 3)), np.array([[-200.0, 0, 0], [0, 0, 0]])  # exp(200) overflows float32
+    loss, metrics = grpo.policy_loss(logps, old, None, np.array([-1.0, 1.0]), np.ones((2, 3)), cfg)
+    assert np.isfinite(float(loss)) and np.isfinite(float(metrics["ratio"]))
+    assert float(metrics["ratio"]) == pytest.approx((np.exp(20.0) + 5) / 6, rel=1e-5)

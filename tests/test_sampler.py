@@ -78,6 +78,8 @@ def test_top_k_and_top_p_stay_in_their_sets():
     nucleus = set(order[:np.searchsorted(np.cumsum(probs[order]), 0.6) + 1])
     out = sampler.generate(ids, jnp.ones_like(ids, bool), max_new_tokens=1, temperature=1.0, top_p=0.6, n=500)
     assert set(np.asarray(out.tokens[:, 0]).tolist()) <= nucleus
+    # The log-probs stay those of the full softmax (the trainer's), not of the renormalised nucleus.
+    np.testing.assert_allclose(np.asarray(out.logprobs[:, 0]), np.log(probs)[np.asarray(out.tokens[:, 0])], atol=1e-5)
     assert filter_logits(jnp.array([[0.0, 1.0, 5.0]]), 0, 0.01).tolist() == [[-np.inf, -np.inf, 5.0]]
 
 

@@ -58,8 +58,15 @@ def test_full_run_writes_everything(run):
     assert results[0]["boards"] == results[-1]["boards"]  # first and last: the same boards
     assert all(len(r["board_valid"]) == r["boards"] for r in results)
     change = results[-1]["vs_first"]
-    assert change["against"] == "warm_start" and "vs warm_start on the same boards" in stdout
+    assert change["against"] == "warm_start" and "stage_1 vs warm_start on the same" in stdout
     assert 0 < change["p_value"] <= 1 and "exact McNemar p =" in stdout
+    # The monitor: the same 8 boards at every point, 2 samples each, paired against the warm start.
+    monitors = [r["monitor"] for r in results]
+    assert all(m["k"] == 2 and m["boards"] == 8 and len(m["board_valid_counts"]) == 8 for m in monitors)
+    assert all(0 <= m["avg_valid"] <= m["pass_valid"] <= 1 for m in monitors)
+    paired = results[-1]["monitor_vs_first"]
+    assert paired["against"] == "warm_start" and paired["boards"] == 8 and 0 < paired["p_value"] <= 1
+    assert "monitor, stage_1 vs warm_start on the same 8 boards (avg@2 valid" in stdout
     first, last = (r["board_valid"].count("1") for r in (results[0], results[-1]))
     assert last - first == change["gained"] - change["lost"]
     records = [json.loads(line) for line in open(workdir / "proposals.jsonl")]
@@ -72,13 +79,41 @@ def test_full_run_writes_everything(run):
     acc = EventAccumulator(str(workdir / "tb"))
     acc.Reload()
     tags = acc.Tags()
-    for tag in ("reward/valid", "reward/format", "train/kl", "train/clip_low", "train/entropy", "train/grad_norm",
-                "train/learning_rate", "train/tokens_per_s", "completion/mean_tokens", "bucket_0/valid",
-                "benchmark/valid", "sft/nll"):
+    for tag in ("reward/valid", "reward/format", "selected/valid", "selected/total", "train/kl", "train/clip_low",
+                "train/entropy", "train/grad_norm", "train/learning_rate", "train/tokens_per_s",
+                "train/sampler_logratio", "train/sampler_logratio_max", "train/informative_groups",
+                "completion/mean_tokens", "bucket_0/valid", "benchmark/valid", "monitor/avg_valid", "sft/nll"):
         assert tag in tags["scalars"], tag
     assert "samples" in tags["tensors"] and "engineer/proposal" in tags["tensors"]
     assert "failures" in tags["images"]
     assert os.listdir(CACHE)  # the run filled the persistent compilation cache
+
+
+def test_sampler_and_trainer_log_probs_agree(run):
+    """Same tokens, same temperature: the sampler's log-probs are the trainer's (rounding only)."""
+    acc = EventAccumulator(str(run[0] / "tb"))
+    acc.Reload()
+    assert all(e.value < 1e-3 for e in acc.Scalars("train/sampler_logratio_max"))
+
+
+@pytest.mark.parametrize("override, message", [
+    ({"grpo.old_logprobs": "bogus"}, "grpo.old_logprobs: 'bogus' is not one of"),
+    ({"grpo.control": "permute"}, "grpo.control: 'permute' is not one of"),
+    ({"grpo.informative": "length"}, "grpo.informative: 'length' is not one of"),
+    ({"rollout.temperature": 0.0}, "rollout.temperature: 0.0 must be > 0"),
+    ({"train.temperature": 1.0}, "train.temperature: 1.0 differs from rollout.temperature: 0.7"),
+])
+def test_check_config_names_the_field(override, message):
+    import configs.stage
+    from t2t_jax.stages import check_config
+    c = configs.stage.get_config()
+    for key, value in override.items():
+        section, field = key.split(".")
+        with c[section].unlocked():
+            c[section][field] = value
+    with pytest.raises(ValueError, match=message):
+        check_config(c)
+    check_config(configs.stage.get_config())
 
 
 def test_existing_workdir_needs_resume(run):

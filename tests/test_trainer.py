@@ -25,8 +25,9 @@ def settings(loss_type="dapo", micro_batches=1, lr=1e-2, beta=0.0, share_prompts
     return mlc.ConfigDict(dict(
         optim=dict(learning_rate=lr, warmup_steps=0, decay_steps=100, end_lr_fraction=1.0, b1=0.9, b2=0.99,
                    weight_decay=0.0, max_grad_norm=10.0),
-        train=dict(micro_batches=micro_batches, max_bad_steps=2, temperature=1.0, logprob_chunk=3,
+        train=dict(micro_batches=micro_batches, max_bad_steps=2, logprob_chunk=3,
                    share_prompts=share_prompts),
+        rollout=dict(temperature=1.0),
         grpo=dict(loss_type=loss_type, epsilon_low=0.2, epsilon_high=0.28, beta=beta, group_size=group_size)))
 
 
@@ -171,3 +172,38 @@ def test_two_process_run_equals_single_process(tmp_path):
     assert sorted(a.files) == sorted(b.files)
     for k in b.files:
         np.testing.assert_allclose(a[k], b[k], atol=2e-5, err_msg=k)
+
+
+def test_first_update_of_a_warmup_schedule_moves():
+    """optax's warmup is 0 at count 0; the schedule is read one count ahead, so update 0 of
+    every schedule (SFT and GRPO) runs at learning_rate / warmup_steps, not 0."""
+    from t2t_jax.rl.trainer import learning_rate_schedule
+    cfg = settings(lr=1e-3)
+    cfg.optim.update(warmup_steps=4, decay_steps=20, end_lr_fraction=0.1)
+    schedule = learning_rate_schedule(cfg.optim)
+    assert [float(schedule(i)) for i in range(4)] == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3])
+    assert float(schedule(20)) == pytest.approx(1e-4)
+    before = jax.tree.map(np.asarray, Trainer(qwen3.Qwen3(CONFIG, rngs=nnx.Rngs(0)), cfg).initial_params)
+    after, metrics = one_update(cfg)
+    assert float(metrics["learning_rate"]) == pytest.approx(2.5e-4)
+    assert any(not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(after), jax.tree.leaves(before)))
+
+
+def test_update_reports_the_sampler_to_trainer_log_ratio():
+    """With the sampler's log-probs in the batch, the update logs trainer - sampler: the mean over
+    the completion tokens of sampled rows, the max |.| across micro-batches; guided rows do not
+    count."""
+    data = batch()
+    for micro_batches, guided in ((2, None), (1, 4)):
+        trainer = Trainer(qwen3.Qwen3(CONFIG, rngs=nnx.Rngs(0)), settings(micro_batches=micro_batches))
+        exact = np.asarray(trainer.logprobs(trainer.initial_params, trainer.shard(data)))
+        shift = np.zeros_like(exact)
+        shift[3] = 0.5  # row 3 (micro-batch 1 of 2): the sampler 0.5 nats below the trainer
+        sampled = np.ones(8, bool)
+        if guided is not None:
+            shift[guided], sampled[guided] = 7.0, False
+        _, metrics = trainer.update(trainer.init(), trainer.shard({**data, "sampler_logps": exact - shift,
+                                                                   "sampled": sampled}))
+        mask = data["completion_mask"] & sampled[:, None]
+        assert float(metrics["sampler_logratio_max"]) == pytest.approx(0.5, abs=1e-4)
+        assert float(metrics["sampler_logratio"]) == pytest.approx(0.5 * mask[3].sum() / mask.sum(), abs=1e-4)

@@ -32,7 +32,8 @@ CONFIG = qwen3.Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, 
 TRAIN = mlc.ConfigDict(dict(
     optim=dict(learning_rate=1e-2, warmup_steps=1, decay_steps=10, end_lr_fraction=0.1, b1=0.9, b2=0.99,
                weight_decay=0.01, max_grad_norm=1.0),
-    train=dict(micro_batches=2, max_bad_steps=3, temperature=1.0, logprob_chunk=4),
+    train=dict(micro_batches=2, max_bad_steps=3, logprob_chunk=4),
+    rollout=dict(temperature=1.0),
     grpo=dict(loss_type="dapo", epsilon_low=0.2, epsilon_high=0.28, beta=0.0, group_size=2)))
 
 

@@ -6,6 +6,10 @@ are the baselines of baselines.py. Every call returns a record (JSON-ready) with
 the text, the parsed proposal, whether it was accepted and why, and the resulting config and
 reward weights; an unusable proposal keeps the previous config.
 
+Reward guard (the paper's rule, `reward_guard`, on by default): until the held-out valid rate
+reaches `efficiency_threshold`, a `self` / `base` proposal's reward weights are replaced by the
+accuracy-first ones (`baselines.reward_schedule`, as the baselines use), and the record says so.
+
 Ablations (engineer config): `failure_cases` (raw cases in the context, a count; 0 = off),
 `evidence` (`raw` cases or `summary`: the same model first summarises them and only its
 summary is shown), `edit_mode` (selective / rewrite), `constrained` (decode under the proposal
@@ -93,5 +97,12 @@ class Engineer:
         except propose.ProposalError as e:
             return record | {"reason": f"rejected: {e}; previous config kept", "config": config.to_json(),
                              "reward_weights": dict(reward_weights)}
-        return record | {"accepted": True, "reason": "accepted", "config": new.to_json(),
-                         "reward_weights": weights}
+        reason = "accepted"
+        valid = account["overall"]["valid"]
+        if getattr(c, "reward_guard", True) and valid < c.efficiency_threshold:
+            guarded = baselines.reward_schedule(valid, c.efficiency_threshold)
+            if weights != {**weights, **guarded}:
+                reason = (f"accepted; reward_weights set accuracy-first: held-out valid {valid:.2f} < "
+                          f"engineer.efficiency_threshold {c.efficiency_threshold} (engineer.reward_guard)")
+            weights = {**weights, **guarded}
+        return record | {"accepted": True, "reason": reason, "config": new.to_json(), "reward_weights": weights}

@@ -3,11 +3,16 @@ map size for 3, 4 and 5 agents (Sum = the mean over sizes), beside the paper's r
 
     boards = benchmark_boards(per_cell=None)                  # all 150 per cell, or a subset
     rollouts = evaluate(policy, params, boards, max_new_tokens=512, batch_size=64)
-    entry = results_entry("final", rollouts)                  # {"point", "valid", "optimal", "cells"}
+    sampled = evaluate(policy, params, boards, ..., samples=8, temperature=0.7)  # avg@8, pass@8
+    entry = results_entry("final", rollouts, sampled)         # {"point", "valid", "optimal", "cells", ...}
     write_tables(workdir, entry)                              # results_table.{md,csv,json}, heatmap.png
 
-Decoding is greedy (temperature 0), one completion per board, in fixed-size batches (the last
-one padded by repetition), so a run compiles one decode shape per prompt-length bucket.
+The paper's table is greedy (temperature 0), one completion per board. With `samples` = k > 0,
+k completions per board at the given temperature give avg@k (the mean over the samples) and
+pass@k (at least one of them; the unbiased estimator of Chen et al. 2021, `pass_at_k`).
+Batches have a fixed size (the last one padded by repetition), so a run compiles one decode
+shape per prompt-length bucket. Two points on the same boards compare paired: `paired_change`
+(greedy, exact McNemar) and `paired_sampled_change` (avg@k, a paired permutation test).
 """
 from __future__ import annotations
 
@@ -48,33 +53,89 @@ def benchmark_boards(per_cell: int | None = None) -> list[dict]:
 
 
 def evaluate(policy, params, boards, *, max_new_tokens: int, batch_size: int, reward_weights: dict,
-             progress: bool = False, desc: str = "eval"):
-    """Greedy rollouts of every board -> Rollouts in board order."""
+             progress: bool = False, desc: str = "eval", samples: int = 0, temperature: float = 1.0,
+             top_p: float = 1.0, seed: int = 0):
+    """Rollouts of every board in board order: greedy, one per board (`samples` = 0), or
+    `samples` = k sampled at `temperature` / `top_p` (row i * k + j: sample j of board i; about
+    `batch_size` rows per decode call; the seed fixes the draws, so two evaluations with one
+    seed share their random numbers and differ only where the policy does)."""
+    n = max(samples, 1)
+    per_call = max(batch_size // n, 1)
     parts = []
-    for start in tqdm(range(0, len(boards), batch_size), desc=desc, disable=not progress):
-        chunk = list(boards[start:start + batch_size])
+    for i, start in enumerate(tqdm(range(0, len(boards), per_call), desc=desc, disable=not progress)):
+        chunk = list(boards[start:start + per_call])
         real = len(chunk)
-        chunk += [chunk[-1]] * (batch_size - real)
-        out = policy.rollout(params, chunk, n=1, max_new_tokens=max_new_tokens, temperature=0.0,
-                             reward_weights=reward_weights)
-        parts.append(out.select(range(real)))
+        chunk += [chunk[-1]] * (per_call - real)
+        out = policy.rollout(params, chunk, n=n, max_new_tokens=max_new_tokens,
+                             temperature=temperature if samples else 0.0, top_p=top_p if samples else 1.0,
+                             reward_weights=reward_weights, seed=seed * 1_000_003 + i)
+        parts.append(out.select(range(real * n)))
     return concat(parts)
 
 
-def results_entry(point: str, rollouts) -> dict:
+def pass_at_k(n, c, k: int):
+    """The unbiased pass@k of Chen et al. (2021), 1 - C(n - c, k) / C(n, k), for c of n samples
+    correct (arrays broadcast; k <= n)."""
+    from scipy.special import gammaln
+    n, c = np.asarray(n, np.float64), np.asarray(c, np.float64)
+    if np.any(k > n):
+        raise ValueError(f"pass_at_k: k = {k} exceeds the {int(np.min(n))} samples")
+    m = np.maximum(n - c - k, 0)  # where n - c < k, every draw of k holds a correct sample
+    log_ratio = gammaln(n - c + 1) - gammaln(m + 1) - gammaln(n + 1) + gammaln(n - k + 1)
+    return np.where(n - c < k, 1.0, 1.0 - np.exp(log_ratio))
+
+
+def sampled_stats(valid_counts, optimal_counts, k: int) -> dict:
+    """Per-board counts of valid / optimal samples [B] (of k each) -> avg@k and pass@k."""
+    return {"k": k, "avg_valid": float(np.mean(valid_counts) / k), "avg_optimal": float(np.mean(optimal_counts) / k),
+            "pass_valid": float(np.mean(pass_at_k(k, valid_counts, k))),
+            "pass_optimal": float(np.mean(pass_at_k(k, optimal_counts, k)))}
+
+
+def sampled_entry(rollouts, k: int, temperature: float, top_p: float) -> dict:
+    """k samples per board (rows i * k + j) -> avg@k / pass@k overall and per (agents, size)
+    cell, with `board_valid_counts` (valid samples per board, board order) for paired tests."""
+    boards = rollouts.boards[::k]
+    valid = np.asarray(rollouts.verdicts.valid).reshape(-1, k).sum(axis=1)
+    optimal = np.asarray(rollouts.verdicts.optimal).reshape(-1, k).sum(axis=1)
+    keys = np.array([(len(b["starts"]), b["size"]) for b in boards])
+    cells = [{"agents": int(a), "size": int(n), **sampled_stats(valid[rows], optimal[rows], k)}
+             for a, n in sorted({tuple(x) for x in keys.tolist()})
+             for rows in [np.flatnonzero((keys[:, 0] == a) & (keys[:, 1] == n))]]
+    return {**sampled_stats(valid, optimal, k), "temperature": float(temperature), "top_p": float(top_p),
+            "boards": len(boards), "cells": cells, "board_valid_counts": valid.astype(int).tolist()}
+
+
+def results_entry(point: str, rollouts, sampled=None, *, k: int = 0, temperature: float = 1.0,
+                  top_p: float = 1.0) -> dict:
     """One evaluation point: overall `valid` / `optimal` fractions, per (agents, size) cells, and
-    `board_valid`, one '0'/'1' per board in board order (for paired comparisons)."""
+    `board_valid`, one '0'/'1' per board in board order (for paired comparisons); with `sampled`
+    (k samples per board of the same boards, `evaluate(..., samples=k)`) also "sampled":
+    `sampled_entry`."""
     keys = np.array([(len(b["starts"]), b["size"]) for b in rollouts.boards])
     valid, optimal = np.asarray(rollouts.verdicts.valid), np.asarray(rollouts.verdicts.optimal)
     cells = []
-    for k, n in sorted({tuple(x) for x in keys.tolist()}):
-        rows = np.flatnonzero((keys[:, 0] == k) & (keys[:, 1] == n))
-        cells.append({"agents": int(k), "size": int(n), "boards": int(len(rows)),
+    for a, n in sorted({tuple(x) for x in keys.tolist()}):
+        rows = np.flatnonzero((keys[:, 0] == a) & (keys[:, 1] == n))
+        cells.append({"agents": int(a), "size": int(n), "boards": int(len(rows)),
                       "valid": float(valid[rows].mean()), "optimal": float(optimal[rows].mean()),
                       "mean_tokens": float(np.mean(rollouts.lengths[rows]))})
-    return {"point": point, "boards": len(rollouts.boards), "valid": float(valid.mean()),
-            "optimal": float(optimal.mean()), "mean_tokens": float(np.mean(rollouts.lengths)),
-            "cells": cells, "board_valid": "".join("1" if v else "0" for v in valid)}
+    entry = {"point": point, "boards": len(rollouts.boards), "valid": float(valid.mean()),
+             "optimal": float(optimal.mean()), "mean_tokens": float(np.mean(rollouts.lengths)),
+             "cells": cells, "board_valid": "".join("1" if v else "0" for v in valid)}
+    if sampled is not None:
+        entry["sampled"] = sampled_entry(sampled, k, temperature, top_p)
+    return entry
+
+
+def _mean_interval(d) -> list[float]:
+    """The 95% t-interval of the mean of paired differences d [B] ([0, 0] when all are equal)."""
+    from scipy.stats import ttest_1samp
+    d = np.asarray(d, np.float64)
+    if len(d) < 2 or np.all(d == d[0]):
+        return [float(d.mean()) if len(d) else 0.0] * 2
+    ci = ttest_1samp(d, 0.0).confidence_interval(0.95)
+    return [round(float(ci.low), 4), round(float(ci.high), 4)]
 
 
 def paired_change(before: dict, after: dict) -> dict:
@@ -89,20 +150,52 @@ def paired_change(before: dict, after: dict) -> dict:
         raise ValueError(f"paired_change: {before['point']} has {len(a)} boards, {after['point']} {len(b)}")
     gained, lost = sum(x < y for x, y in zip(a, b)), sum(x > y for x, y in zip(a, b))
     p = binomtest(gained, gained + lost).pvalue if gained + lost else 1.0
-    return {"against": before["point"], "gained": gained, "lost": lost, "p_value": round(float(p), 4)}
+    d = np.array([int(y) - int(x) for x, y in zip(a, b)])
+    return {"against": before["point"], "gained": gained, "lost": lost, "p_value": round(float(p), 4),
+            "diff": round(float(d.mean()), 4) if len(d) else 0.0, "ci95": _mean_interval(d)}
+
+
+def paired_sampled_change(before: dict, after: dict, resamples: int = 9999) -> dict:
+    """Two sampled summaries (`sampled_entry`) of the same boards -> the change in avg@k valid:
+    {"against", "diff" (after - before), "ci95" (its 95% t-interval over boards), "p_value" (a
+    two-sided paired permutation test: each board's difference flips sign at random, seeded),
+    "boards"}."""
+    from scipy.stats import permutation_test
+    a, b = np.asarray(before["board_valid_counts"]), np.asarray(after["board_valid_counts"])
+    if a.shape != b.shape or before["k"] != after["k"]:
+        raise ValueError(f"paired_sampled_change: {len(a)} boards x {before['k']} samples against "
+                         f"{len(b)} x {after['k']}: not the same boards")
+    d = (b - a) / after["k"]
+    if np.all(d == 0):
+        p = 1.0
+    else:
+        p = permutation_test((d,), np.mean, permutation_type="samples", n_resamples=resamples,
+                             alternative="two-sided", random_state=0).pvalue
+    return {"against": before.get("point", ""), "diff": round(float(d.mean()), 4), "ci95": _mean_interval(d),
+            "p_value": round(float(p), 4), "boards": int(len(d))}
 
 
 def table_rows(entry: dict, label: str = "ours") -> dict:
-    """entry -> {"3_agents": {model: {size: {acc, opt, tokens?}, "sum": ...}}} with the paper's
-    rows first and ours (in %) last; Sum is the mean over the sizes present."""
+    """entry -> {"3_agents": {model: {size: {acc, opt, tokens?, avg?, pass?}, "sum": ...}}} with
+    the paper's rows first and ours (in %) last; Sum is the mean over the sizes present; `avg` /
+    `pass` are our avg@k / pass@k valid rates when the entry has "sampled"."""
     paper = paper_table()["tables"]
+    sampled = {(c["agents"], c["size"]): c for c in entry.get("sampled", {}).get("cells", [])}
     out = {}
     for k in AGENT_SETS:
-        ours = {str(c["size"]): {"acc": round(100 * c["valid"], 2), "opt": round(100 * c["optimal"], 2),
-                                 "tokens": round(c["mean_tokens"], 1)}
-                for c in entry["cells"] if c["agents"] == k}
+        ours = {}
+        for c in entry["cells"]:
+            if c["agents"] == k:
+                cell = {"acc": round(100 * c["valid"], 2), "opt": round(100 * c["optimal"], 2),
+                        "tokens": round(c["mean_tokens"], 1)}
+                if (k, c["size"]) in sampled:
+                    s = sampled[(k, c["size"])]
+                    cell.update(avg=round(100 * s["avg_valid"], 2), opt_avg=round(100 * s["avg_optimal"], 2),
+                                **{"pass": round(100 * s["pass_valid"], 2)})
+                ours[str(c["size"])] = cell
         if ours:
-            ours["sum"] = {m: round(float(np.mean([v[m] for v in ours.values()])), 2) for m in ("acc", "opt", "tokens")}
+            ours["sum"] = {m: round(float(np.mean([v[m] for v in ours.values()])), 2)
+                           for m in ("acc", "opt", "tokens", "avg", "opt_avg", "pass") if m in next(iter(ours.values()))}
         out[f"{k}_agents"] = {**paper.get(f"{k}_agents", {}), label: ours}
     return out
 
@@ -114,7 +207,7 @@ def write_tables(directory: str, entry: dict, label: str = "ours", prefix: str =
     rows = table_rows(entry, label)
     md, buf = [], _io.StringIO()
     writer = csv.writer(buf)
-    writer.writerow(["agents", "model", "size", "acc", "opt", "tokens"])
+    writer.writerow(["agents", "model", "size", "acc", "opt", "tokens", "avg_acc", "avg_opt", "pass_acc"])
     for key, models in rows.items():
         sizes = sorted({s for m in models.values() for s in m if s != "sum"}, key=int)
         md.append(f"\n### {key.replace('_', ' ')} (acc. = valid %, opt. = optimal %, tokens = mean "
@@ -126,11 +219,21 @@ def write_tables(directory: str, entry: dict, label: str = "ours", prefix: str =
             md.append(f"| {model} | " + " | ".join("– | –" if v is None else f"{v['acc']:.2f} | {v['opt']:.2f}"
                                                     for v in vals) + " |")
             for s, v in cells.items():
-                writer.writerow([key.split("_")[0], model, s, v["acc"], v["opt"], v.get("tokens", "")])
+                writer.writerow([key.split("_")[0], model, s, v["acc"], v["opt"], v.get("tokens", ""),
+                                 v.get("avg", ""), v.get("opt_avg", ""), v.get("pass", "")])
         ours = models.get(label, {})
         if ours:
             md.append(f"\nMean completion tokens ({label}): " + ", ".join(
                 f"{s}×{s} {ours[s]['tokens']:.0f}" for s in sizes if s in ours))
+        if "avg" in ours.get("sum", {}):
+            k, t = entry["sampled"]["k"], entry["sampled"]["temperature"]
+            md.append(f"\n{label}, {k} samples per board at T={t}: avg@{k} valid % | avg@{k} optimal % | "
+                      f"pass@{k} valid %\n")
+            md.append("| | " + " | ".join(f"{s}×{s}" for s in sizes) + " | Sum |")
+            md.append("|---|" + "---|" * (len(sizes) + 1))
+            for m, name in (("avg", f"avg@{k} acc."), ("opt_avg", f"avg@{k} opt."), ("pass", f"pass@{k} acc.")):
+                md.append(f"| {name} | " + " | ".join(f"{ours[s][m]:.2f}" if s in ours else "–"
+                                                      for s in sizes + ["sum"]) + " |")
     paths = {ext: os.path.join(directory, f"{prefix}.{ext}") for ext in ("md", "csv", "json")}
     io.write_atomic(paths["md"], f"# Results: {entry['point']}\n" + "\n".join(md) + "\n")
     io.write_atomic(paths["csv"], buf.getvalue())

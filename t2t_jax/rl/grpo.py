@@ -2,7 +2,7 @@
 
 Definitions follow TRL's `GRPOTrainer` so results compare with the most used implementation:
 
-    ratio   = exp(logp - old_logp)
+    ratio   = exp(clip(logp - old_logp, -20, 20))      (the clamp as in tunix: no inf ratios)
     token   = -min(ratio * A, clip(ratio, 1 - eps_low, 1 + eps_high) * A) + beta * KL
     KL (k3) = exp(ref - logp) - (ref - logp) - 1
 
@@ -24,8 +24,14 @@ from typing import Callable
 import chex
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 SCALES = ("group", "batch", "none")
+LOG_RATIO_CLAMP = 20.0
+# grpo.control: "shuffle" permutes the advantages within each group (same magnitudes, no signal).
+CONTROLS = ("none", "shuffle")
+# grpo.informative: which rewards must differ inside a group for dynamic sampling to keep it.
+INFORMATIVE = ("accuracy", "reward")
 
 
 def group_advantages(rewards, group_size: int, scale: str = "group"):
@@ -42,6 +48,42 @@ def group_advantages(rewards, group_size: int, scale: str = "group"):
     elif scale == "batch":
         centred = centred / (jnp.std(r, ddof=1) + 1e-4)
     return centred.reshape(-1)
+
+
+def shuffle_within_groups(advantages, group_size: int, seed: int) -> np.ndarray:
+    """advantages [B] -> [B], each group's values permuted (a seeded, per-group permutation):
+    the shuffle control, an update of GRPO's size and shape that carries no reward signal."""
+    a = np.asarray(advantages).reshape(-1, group_size)
+    rng = np.random.default_rng(seed)
+    return np.take_along_axis(a, rng.permuted(np.tile(np.arange(group_size), (len(a), 1)), axis=1),
+                              axis=1).reshape(-1)
+
+
+def informative_groups(terms: dict, rewards, group_size: int, key: str = "accuracy") -> np.ndarray:
+    """[G] bool: the groups whose samples differ in the accuracy terms (`valid`, `optimal`) or,
+    with key "reward", in the total reward (then a shaping term alone, e.g. length, counts)."""
+    if key not in INFORMATIVE:
+        raise ValueError(f"grpo.informative: {key!r} is not one of {INFORMATIVE}")
+    if key == "reward":
+        score = np.asarray(rewards, np.float64)
+    else:
+        score = 2.0 * np.asarray(terms["valid"], np.float64) + np.asarray(terms["optimal"], np.float64)
+    score = score.reshape(-1, group_size)
+    return (score != score[:, :1]).any(axis=1)
+
+
+def select_groups(informative: list, prompts: int) -> list[tuple[int, int]]:
+    """Dynamic sampling's batch: (round, group) pairs, `prompts` of them, never one twice.
+
+    `informative[r]` is round r's [G] bool mask (G >= prompts groups drawn per round). The
+    informative groups come first, in round order; when fewer than `prompts` were found, the
+    batch is filled with the last round's groups not taken yet (there are always enough: the
+    last round gave at most as many informative groups as were kept in all)."""
+    picked = [(r, int(g)) for r, mask in enumerate(informative) for g in np.flatnonzero(mask)][:prompts]
+    last = len(informative) - 1
+    taken = {g for r, g in picked if r == last}
+    fill = [(last, g) for g in range(len(informative[last])) if g not in taken]
+    return picked + fill[:prompts - len(picked)]
 
 
 @chex.dataclass(frozen=True)
@@ -103,7 +145,7 @@ def policy_loss(logps, old_logps, ref_logps, advantages, mask, config, *, totals
     mask = jnp.asarray(mask, jnp.float32)
     totals = totals if totals is not None else totals_of(mask)
     adv = jnp.asarray(advantages, jnp.float32)[:, None]
-    ratio = jnp.exp(logps - old_logps)
+    ratio = jnp.exp(jnp.clip(logps - old_logps, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
     clipped = jnp.clip(ratio, 1.0 - config.epsilon_low, 1.0 + config.epsilon_high)
     per_token = -jnp.minimum(ratio * adv, clipped * adv)
     if config.beta != 0.0:

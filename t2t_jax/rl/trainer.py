@@ -48,12 +48,15 @@ class TrainState:
 
 
 def learning_rate_schedule(optim):
-    """Linear warmup to `learning_rate`, then cosine decay to `end_lr_fraction` of it over
-    `decay_steps`."""
-    return optax.warmup_cosine_decay_schedule(
+    """Linear warmup to `learning_rate` over `warmup_steps` updates, then cosine decay to
+    `end_lr_fraction` of it by update `decay_steps`. Update 0 already moves: it runs at
+    learning_rate / warmup_steps (optax's schedule is read one count ahead; its own value at
+    count 0 is 0)."""
+    schedule = optax.warmup_cosine_decay_schedule(
         init_value=0.0, peak_value=optim.learning_rate, warmup_steps=optim.warmup_steps,
         decay_steps=max(optim.decay_steps, optim.warmup_steps + 1),
         end_value=optim.learning_rate * optim.end_lr_fraction)
+    return lambda count: schedule(count + 1)
 
 
 def make_optimizer(optim, max_bad_steps: int = 5) -> optax.GradientTransformation:
@@ -115,12 +118,32 @@ def prompt_group(cfg) -> int:
 
 
 def _grpo_loss(model, batch, totals, cfg):
-    logps, entropies = completion_logprobs(model, batch, cfg.train.temperature, cfg.train.logprob_chunk,
+    logps, entropies = completion_logprobs(model, batch, cfg.rollout.temperature, cfg.train.logprob_chunk,
                                            with_entropy=True, group=prompt_group(cfg))
     old = batch.get("old_logps")
     old = jax.lax.stop_gradient(logps) if old is None else old
-    return grpo.policy_loss(logps, old, batch.get("ref_logps"), batch["advantages"],
-                            batch["completion_mask"], cfg.grpo, totals=totals, entropies=entropies)
+    loss, metrics = grpo.policy_loss(logps, old, batch.get("ref_logps"), batch["advantages"],
+                                     batch["completion_mask"], cfg.grpo, totals=totals, entropies=entropies)
+    if "sampler_logps" in batch:
+        metrics.update(sampler_metrics(logps, batch["sampler_logps"], batch["completion_mask"], batch["sampled"]))
+    return loss, metrics
+
+
+def sampler_metrics(logps, sampler_logps, mask, sampled) -> dict:
+    """How far the sampler's log-probs [B, C] are from the trainer's (same tokens, same
+    temperature; they differ by float rounding, or by a bug): the mean of trainer - sampler
+    and its largest |.| over the completion tokens of sampled rows (`sampled` [B] bool; guided
+    rows have no sampler log-probs). Across micro-batches the mean is token-weighted like every
+    metric (exact when no row is guided)."""
+    m = jnp.asarray(mask, bool) & jnp.asarray(sampled, bool)[:, None]
+    delta = jax.lax.stop_gradient(logps) - sampler_logps
+    n = jnp.maximum(m.sum(), 1)
+    return {"sampler_logratio": jnp.sum(jnp.where(m, delta, 0.0)) / n,
+            "sampler_logratio_max": jnp.max(jnp.where(m, jnp.abs(delta), 0.0))}
+
+
+# Metrics combined across micro-batches by their maximum (the others: token-weighted means).
+MAX_METRICS = ("sampler_logratio_max",)
 
 
 def _sft_loss(model, batch, totals, cfg):
@@ -149,8 +172,8 @@ class Trainer:
       model: a Qwen3 (its weights, placed on `mesh` when given, are the initial params).
       config: ConfigDict-like with `optim` (learning_rate, warmup_steps, decay_steps,
         end_lr_fraction, b1, b2, weight_decay, max_grad_norm), `train` (micro_batches,
-        max_bad_steps, temperature, logprob_chunk) and, for GRPO, `grpo` (loss_type,
-        epsilon_low, epsilon_high, beta).
+        max_bad_steps, logprob_chunk) and, for GRPO, `grpo` (loss_type, epsilon_low,
+        epsilon_high, beta) and `rollout.temperature` (log-probs at the sampling temperature).
       loss: a name in LOSS_FNS.
       mesh: the device mesh (None: the default device).
       optim: optimizer settings to use instead of `config.optim` (e.g. the SFT phase's).
@@ -187,8 +210,9 @@ class Trainer:
             shd.batch_sharding(self.mesh, np.ndim(v)), np.asarray(v)) for k, v in batch.items()}
 
     def logprobs(self, params, batch, temperature: float | None = None) -> jax.Array:
-        """[B, C] completion log-probs under `params`, micro-batched like the update."""
-        t = self.config.train.temperature if temperature is None else temperature
+        """[B, C] completion log-probs under `params` (at `rollout.temperature` by default),
+        micro-batched like the update."""
+        t = self.config.rollout.temperature if temperature is None else temperature
         return self._logprobs(params, batch, jnp.float32(t))
 
     def _logprobs_fn(self, params, batch, temperature):
@@ -225,7 +249,8 @@ class Trainer:
             grads, loss, metric_sums = carry
             (l, metrics), g = grad_fn(state.params, mb)
             tokens = jnp.sum(mb["completion_mask"])
-            metric_sums = jax.tree.map(lambda s, v: s + v * tokens, metric_sums, metrics)
+            metric_sums = {k: jnp.maximum(s, metrics[k]) if k in MAX_METRICS else s + metrics[k] * tokens
+                           for k, s in metric_sums.items()}
             return (jax.tree.map(jnp.add, grads, g), loss + l, metric_sums), None
 
         zeros = jax.tree.map(jnp.zeros_like, state.params)
@@ -236,7 +261,7 @@ class Trainer:
         grads = jax.tree.map(lambda g: jnp.where(finite, g, jnp.nan), grads)
         updates, opt_state = self.tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        metrics = jax.tree.map(lambda s: s / totals.tokens, metric_sums)
+        metrics = {k: s if k in MAX_METRICS else s / totals.tokens for k, s in metric_sums.items()}
         metrics.update(loss=loss, grad_norm=optax.global_norm(grads),
                        learning_rate=self.schedule(state.step), tokens=totals.tokens,
                        skipped=opt_state.notfinite_count > 0,

@@ -3,8 +3,10 @@
     out = Sampler(model, stop_ids=[eos], pad_id=pad).generate(
         input_ids, attention_mask, max_new_tokens=256, temperature=1.0, top_p=0.95, n=8, seed=0)
     out.tokens    # [B * n, max_new_tokens] new tokens only, pad_id after the stop token
-    out.logprobs  # [B * n, max_new_tokens] log-prob of each sampled token at the sampling
-                  # temperature (at temperature 1 for greedy decoding), 0 after the stop
+    out.logprobs  # [B * n, max_new_tokens] log-prob of each sampled token under the full
+                  # softmax at the sampling temperature (top-k / top-p choose the tokens but do
+                  # not renormalise these: they are the trainer's log-probs), at temperature 1
+                  # for greedy decoding, 0 after the stop
     out.lengths   # [B * n] tokens up to and including the stop token
     out.truncated # [B * n] no stop token within the budget
 
@@ -57,6 +59,9 @@ def filter_logits(logits, top_k, top_p):
 def sample_step(key, logits, temperature, top_k, top_p):
     """logits [R, V] fp32 -> (tokens [R], logprobs [R]); greedy where temperature == 0.
 
+    The log-prob is of the full softmax of logits / temperature, also under top-k / top-p (the
+    policy the trainer scores, not the renormalised nucleus the token was drawn from).
+
     Branches are `lax.cond`s on the (traced) parameters, so greedy decoding never sorts the
     vocabulary and plain temperature sampling sorts it only when top-k / top-p are on."""
     def greedy():
@@ -70,7 +75,7 @@ def sample_step(key, logits, temperature, top_k, top_p):
                                 lambda: filter_logits(scaled, top_k, top_p), lambda: scaled)
         keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(logits.shape[0]))
         tokens = jax.vmap(jax.random.categorical)(keys, filtered)
-        logp = jax.nn.log_softmax(filtered, axis=-1)
+        logp = jax.nn.log_softmax(scaled, axis=-1)
         return tokens, jnp.take_along_axis(logp, tokens[:, None], axis=-1)[:, 0]
 
     return jax.lax.cond(temperature <= 0, greedy, sampled)

@@ -1,0 +1,117 @@
+"""Arms x seeds of the stage loop, one warm start per seed, and the study's report.
+
+    python -m launch.study --config=configs/stage.py --seeds=0,1,2 --workdir=runs/study \
+        --arms=grpo,shuffle,fixed,random,frontier,learnability [--reference=grpo] [--config.x=y ...]
+
+For each seed, `launch.main --config.stages=0` runs the warm start once (DIR/warm_start/seed_S);
+each arm's run is a copy of it resumed with the arm's overrides (DIR/ARM/seed_S, its log beside
+it as seed_S.log). `--config.key=value` flags go to every run. Runs execute one at a time as
+subprocesses; the study is resumable: a finished run is kept, an interrupted one resumed. At the
+end DIR/study.{md,csv,json} hold the arms' means over seeds and the paired tests
+(t2t_jax/evaluation/study.py). Arms: grpo (the config as given), shuffle (grpo.control=shuffle),
+self, fixed, random, frontier, learnability (engineer.kind), or name:key=value+key=value.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+from absl import app, flags
+
+_CONFIG = flags.DEFINE_string("config", "configs/stage.py", "The stage-loop config file of every run.")
+_ARMS = flags.DEFINE_string("arms", "grpo,shuffle", "Comma-separated arms (see the module docstring).")
+_SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds; each has its own warm start.")
+_WORKDIR = flags.DEFINE_string("workdir", "runs/study", "The study's directory.")
+_REFERENCE = flags.DEFINE_string("reference", "", "The arm the others are compared with (default: the first).")
+_DRY = flags.DEFINE_bool("dry_run", False, "Print the runs' commands and stop.")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def config_overrides(argv) -> list[str]:
+    """The `--config.key=value` flags of this command line, forwarded to every run."""
+    return [a for a in argv if a.startswith("--config.")]
+
+
+def finished(workdir: str) -> bool:
+    """A run is finished when its results.json ends with the last stage of its config.json."""
+    try:
+        with open(os.path.join(workdir, "config.json")) as f:
+            stages = json.load(f)["stages"]
+        with open(os.path.join(workdir, "results.json")) as f:
+            points = [r["point"] for r in json.load(f)]
+    except (OSError, ValueError, KeyError):
+        return False
+    return len(points) == stages + 1 and (stages == 0 or points[-1] == f"stage_{stages - 1}")
+
+
+def run(cmd: list[str], log: str, label: str) -> None:
+    """One launch.main run as a subprocess, its output in `log`; an error names the log."""
+    started = time.time()
+    print(f"{label}: running ({' '.join(cmd[2:])})", flush=True)
+    with open(log, "a") as f:
+        rc = subprocess.call(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT)
+    if rc:
+        raise RuntimeError(f"{label} failed (exit {rc}); its log: {log}")
+    print(f"{label}: done in {time.time() - started:.0f} s", flush=True)
+
+
+def main(argv):
+    from t2t_jax.evaluation import study
+    try:
+        arms = study.parse_arms(_ARMS.value)
+        seeds = [int(s) for s in _SEEDS.value]
+    except ValueError as e:
+        raise app.UsageError(str(e))
+    reference = _REFERENCE.value or next(iter(arms))
+    if reference not in arms:
+        raise app.UsageError(f"--reference: {reference!r} is not one of the arms {list(arms)}")
+    common = config_overrides(sys.argv[1:])
+    root = os.path.abspath(_WORKDIR.value)
+    base = [sys.executable, "-m", "launch.main", f"--config={_CONFIG.value}", "--noprogress"]
+    plan = []
+    for s in seeds:
+        warm = os.path.join(root, "warm_start", f"seed_{s}")
+        plan.append(("warm_start", s, warm, None, base + [f"--workdir={warm}", f"--config.seed={s}", *common,
+                                                          "--config.stages=0"]))
+        for arm, overrides in arms.items():
+            workdir = os.path.join(root, arm, f"seed_{s}")
+            plan.append((arm, s, workdir, warm, base + [f"--workdir={workdir}", "--resume", f"--config.seed={s}",
+                                                        *common, *(f"--config.{o}" for o in overrides)]))
+    if _DRY.value:
+        print("\n".join(" ".join(p[4]) for p in plan))
+        return
+    results = {arm: {} for arm in arms}
+    for i, (arm, s, workdir, warm, cmd) in enumerate(plan):
+        label = f"[{i + 1}/{len(plan)}] {arm} seed {s}"
+        if not finished(workdir):
+            if warm is not None and not os.path.exists(workdir):  # a copy of the warm start, made whole first
+                tmp = workdir + ".copying"
+                shutil.rmtree(tmp, ignore_errors=True)
+                shutil.copytree(warm, tmp)
+                os.remove(os.path.join(tmp, "config.json"))  # the arm's run writes its own
+                os.replace(tmp, workdir)
+            elif warm is None and os.path.exists(os.path.join(workdir, "checkpoints")):
+                cmd = cmd + ["--resume"]
+            os.makedirs(os.path.dirname(workdir), exist_ok=True)
+            run(cmd, workdir + ".log", label)
+        else:
+            print(f"{label}: finished before, kept", flush=True)
+        if warm is not None:
+            with open(os.path.join(workdir, "results.json")) as f:
+                results[arm][s] = json.load(f)
+    command = "python -m launch.study " + " ".join(a for a in sys.argv[1:])
+    paths = study.write_study(root, study.summarize(results, reference), command)
+    print(open(paths["md"]).read())
+    print(json.dumps(paths))
+
+
+def parse_flags(argv):
+    """absl parses the study's own flags; `--config.key=value` flags are the runs'."""
+    return flags.FLAGS([a for a in argv if not a.startswith("--config.")])
+
+
+if __name__ == "__main__":
+    app.run(main, flags_parser=parse_flags)
