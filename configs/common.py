@@ -42,7 +42,8 @@ def base() -> mlc.ConfigDict:
     # sample (rl/rollout.py guide); "none" is plain GRPO. old_logprobs: "recompute" (the trainer's,
     # before the first of num_iterations updates) or "sampler" (the sampler's, the same full-softmax
     # log-probs). Dynamic sampling keeps groups whose `informative` terms differ: "accuracy"
-    # (valid / optimal) or "reward" (the total, shaping terms included). control: "shuffle"
+    # (valid / optimal) or "reward" (the total, shaping terms included); groups that fill the
+    # batch up when too few differ get advantage 0 (padding, not signal). control: "shuffle"
     # permutes the advantages within each group, the no-signal baseline of a learning claim.
     c.grpo = mlc.ConfigDict(dict(
         steps=50, prompts=16, group_size=8, loss_type="dapo", epsilon_low=0.2, epsilon_high=0.28,

@@ -38,8 +38,10 @@ def main(argv):
     del argv
     if bool(_RUN.value) == bool(_HF.value):
         raise app.UsageError("give exactly one of --run and --hf")
-    if _SAMPLES.value and not (_TEMPERATURE.value > 0 and 0 < _TOP_P.value <= 1):
-        raise app.UsageError(f"--temperature {_TEMPERATURE.value} must be > 0 and --top_p {_TOP_P.value} in (0, 1]")
+    if _SAMPLES.value and not _TEMPERATURE.value > 0:
+        raise app.UsageError(f"--temperature {_TEMPERATURE.value} must be > 0 with --samples")
+    if _SAMPLES.value and not 0 < _TOP_P.value <= 1:
+        raise app.UsageError(f"--top_p {_TOP_P.value} must be in (0, 1]")
     logging.set_verbosity(logging.WARNING)
     from t2t_jax.evaluation import benchmark
     if _RUN.value:

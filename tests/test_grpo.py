@@ -133,3 +133,16 @@ def test_log_ratio_is_clamped_before_exp():
     loss, metrics = grpo.policy_loss(logps, old, None, np.array([-1.0, 1.0]), np.ones((2, 3)), cfg)
     assert np.isfinite(float(loss)) and np.isfinite(float(metrics["ratio"]))
     assert float(metrics["ratio"]) == pytest.approx((np.exp(20.0) + 5) / 6, rel=1e-5)
+
+
+def test_batch_advantages_zero_the_fill_and_shuffle_under_control():
+    rewards = np.array([1.0, 0.0, 1.2, 1.1, 0.0, 1.0])  # group 1 differs in a shaping term only
+    plain = np.asarray(grpo.group_advantages(rewards, 2))
+    out = grpo.batch_advantages(rewards, 2, signal=[True, False, True])
+    np.testing.assert_allclose(out, plain * [1, 1, 0, 0, 1, 1])
+    shuffled = grpo.batch_advantages(rewards, 2, signal=[True, False, True], control="shuffle", seed=0)
+    for g in range(3):
+        assert sorted(shuffled[2 * g:2 * g + 2]) == sorted(out[2 * g:2 * g + 2])
+    np.testing.assert_allclose(grpo.batch_advantages(rewards, 2), plain)
+    with pytest.raises(ValueError, match="grpo.control: 'flip'"):
+        grpo.batch_advantages(rewards, 2, control="flip")

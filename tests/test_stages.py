@@ -81,7 +81,7 @@ def test_full_run_writes_everything(run):
     tags = acc.Tags()
     for tag in ("reward/valid", "reward/format", "selected/valid", "selected/total", "train/kl", "train/clip_low",
                 "train/entropy", "train/grad_norm", "train/learning_rate", "train/tokens_per_s",
-                "train/sampler_logratio", "train/sampler_logratio_max", "train/informative_groups",
+                "train/sampler_logratio", "train/sampler_logratio_max", "train/informative_groups", "train/no_signal",
                 "completion/mean_tokens", "bucket_0/valid", "benchmark/valid", "monitor/avg_valid", "sft/nll"):
         assert tag in tags["scalars"], tag
     assert "samples" in tags["tensors"] and "engineer/proposal" in tags["tensors"]
@@ -170,13 +170,18 @@ def test_sigkill_mid_stage_then_resume_equals_uninterrupted(run, tmp_path):
 def test_eval_cli_on_the_run(run, tmp_path):
     workdir, _ = run
     out = subprocess.run([sys.executable, "-m", "launch.eval", f"--run={workdir}", "--per_cell=1",
-                          f"--out={tmp_path}", "--batch_size=32"], cwd=ROOT, env=ENV, capture_output=True,
-                         text=True, timeout=600)
+                          f"--out={tmp_path}", "--batch_size=32", "--samples=2", "--temperature=0.7"],
+                         cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     assert summary["boards"] == 21 and os.path.exists(summary["md"])
     final = json.load(open(workdir / "results.json"))[-1]
     assert abs(summary["valid"] - final["valid"]) < 1e-9  # the same boards, the same greedy policy
+    assert 0 <= summary["avg@2_valid"] <= summary["pass@2_valid"] <= 1
+    assert "| avg@2 acc. |" in open(summary["md"]).read()
+    bad = subprocess.run([sys.executable, "-m", "launch.eval", f"--run={workdir}", "--samples=2", "--top_p=1.5"],
+                         cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+    assert bad.returncode != 0 and "--top_p 1.5 must be" in bad.stderr
 
 
 @pytest.mark.slow

@@ -86,6 +86,19 @@ def select_groups(informative: list, prompts: int) -> list[tuple[int, int]]:
     return picked + fill[:prompts - len(picked)]
 
 
+def batch_advantages(rewards, group_size: int, scale: str = "group", *, signal=None, control: str = "none",
+                     seed: int = 0) -> np.ndarray:
+    """The update's advantages [B] from rewards [B] (groups contiguous): `group_advantages`,
+    0 for the groups whose `signal` [G] is False (dynamic sampling's fill: padding that keeps the
+    batch's shape), then under `control` "shuffle" permuted within each group."""
+    if control not in CONTROLS:
+        raise ValueError(f"grpo.control: {control!r} is not one of {CONTROLS}")
+    adv = np.asarray(group_advantages(rewards, group_size, scale))
+    if signal is not None:
+        adv = adv * np.repeat(np.asarray(signal, bool), group_size)
+    return shuffle_within_groups(adv, group_size, seed) if control == "shuffle" else adv
+
+
 @chex.dataclass(frozen=True)
 class Totals:
     """Counts of the full batch that the weights divide by (scalars): `sequences`, active
