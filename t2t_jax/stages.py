@@ -375,9 +375,11 @@ class StageRunner:
                                                        g.get("informative", "reward")))
             if sum(m.sum() for m in informative) >= p:
                 break
-        picks = grpo.select_groups(informative, p) if g.dynamic_sampling else [(0, i) for i in range(p)]
-        ro = concat([rounds[r].select(range(i * g.group_size, (i + 1) * g.group_size)) for r, i in picks])
-        signal = [informative[r][i] for r, i in picks] if g.dynamic_sampling else None
+        signal = None
+        if g.dynamic_sampling:
+            picks = grpo.select_groups(informative, p)
+            ro = concat([rounds[r].select(range(i * g.group_size, (i + 1) * g.group_size)) for r, i in picks])
+            signal = [informative[r][i] for r, i in picks]
         metrics = {"guided": float(np.mean(ro.guided)), "informative_groups": float(np.mean(np.concatenate(informative)))}
         if signal is not None and not any(signal):
             # No group differs: no update at all (with a zero gradient Adam's momentum alone would still

@@ -88,14 +88,15 @@ def summarize(results: dict, reference: str) -> dict:
             raise ValueError(f"arm {arm!r} has seeds {sorted(by_seed)}, the reference {seeds}")
         last = [by_seed[s][-1] for s in seeds]
         first = [by_seed[s][0] for s in seeds]
+        vs_warm = _pooled(first, last)
         row = {"seeds": seeds, "per_seed": {}, "benchmark_valid": _interval([e["valid"] for e in last]),
                "benchmark_optimal": _interval([e["optimal"] for e in last]),
-               "benchmark_vs_warm": _pooled(first, last)["benchmark"]}
+               "benchmark_vs_warm": vs_warm["benchmark"]}
         if all("monitor" in e for e in last):
             row["monitor_avg_valid"] = _interval([e["monitor"]["avg_valid"] for e in last])
             row["monitor_gain"] = _interval([e["monitor"]["avg_valid"] - f["monitor"]["avg_valid"]
                                              for e, f in zip(last, first)])
-            row["monitor_vs_warm"] = _pooled(first, last)["monitor"]
+            row["monitor_vs_warm"] = vs_warm["monitor"]
         for s, e, f in zip(seeds, last, first):
             seed_row = {"warm_valid": f["valid"], "valid": e["valid"], "optimal": e["optimal"],
                         "vs_warm": e.get("vs_first")}
