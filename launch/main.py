@@ -1,18 +1,26 @@
 """The stage loop: `python -m launch.main --config=configs/stage.py --workdir=DIR [--resume]`.
 
 Any config field is a flag: `--config.grpo.steps=20 --config.engineer.kind=frontier`.
-See t2t_jax/stages.py for what a run does and writes.
+Before any work every field is checked (configs/schema.py) and the run directory is opened
+(t2t_jax/rundir.py: a fresh start needs a new directory, `--resume` refuses a change to the
+run's maths unless named in `--allow_changes`, one process per directory). An expected error
+is one line and exit status 2 (`--debug`: the traceback). See t2t_jax/stages.py for what a run
+does and writes.
 """
 if __name__ == "__main__":  # restart with the malloc tunable before jax loads: t2t_jax/hostenv.py
     from t2t_jax import hostenv
     hostenv.reexec_with_malloc_tunables()
 
-from absl import app, flags, logging
+from absl import flags, logging
 from ml_collections import config_flags
+
+from t2t_jax import cli
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/stage.py", "The run's config file.")
 _WORKDIR = flags.DEFINE_string("workdir", "runs/default", "Where checkpoints, logs and results go.")
 _RESUME = flags.DEFINE_bool("resume", False, "Continue the run in --workdir from its latest checkpoint.")
+_ALLOW = flags.DEFINE_list("allow_changes", [], "With --resume: config fields (or sections) of the run's maths "
+                           "that may differ from the run's; the changes are recorded in history.jsonl.")
 _PROGRESS = flags.DEFINE_bool("progress", True, "Show progress bars.")
 
 
@@ -20,8 +28,23 @@ def main(argv):
     del argv
     if logging.get_verbosity() <= logging.INFO and not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO
-    from t2t_jax.stages import StageRunner
-    results = StageRunner(_CONFIG.value, _WORKDIR.value, progress=_PROGRESS.value).run(resume=_RESUME.value)
+    from configs import schema
+    from t2t_jax import rundir
+    schema.validate(_CONFIG.value)
+    schema.check_inputs(_CONFIG.value)
+    run = rundir.open_run(_WORKDIR.value, _CONFIG.value, resume=_RESUME.value, allow=_ALLOW.value)
+    try:
+        from t2t_jax.stages import StageRunner
+        results = StageRunner(_CONFIG.value, _WORKDIR.value, progress=_PROGRESS.value).run(resume=_RESUME.value)
+    except BaseException as e:
+        run.close(failed=not isinstance(e, SystemExit) or e.code not in (0, None))
+        raise
+    run.close()
+    report(results)
+
+
+def report(results) -> None:
+    """The evaluation points and the last point's paired comparisons with the first."""
     for r in results:
         print(f"{r['point']:>12}: valid {r['valid']:.3f}  optimal {r['optimal']:.3f}  ({r['boards']} boards)"
               + (f"  monitor avg@{r['monitor']['k']} valid {r['monitor']['avg_valid']:.3f}" if "monitor" in r else ""))
@@ -39,4 +62,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

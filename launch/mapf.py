@@ -199,4 +199,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    from t2t_jax import cli
+    cli.run(main)

@@ -4,8 +4,9 @@
         --arms=grpo,shuffle,fixed,random,frontier,learnability [--reference=grpo] [--config.x=y ...]
 
 For each seed, `launch.main --config.stages=0` runs the warm start once (DIR/warm_start/seed_S);
-each arm's run is a copy of it resumed with the arm's overrides (DIR/ARM/seed_S, its log beside
-it as seed_S.log). `--config.key=value` flags go to every run. Runs execute one at a time as
+then each arm runs over the seeds (so a study stopped part-way holds whole arms), each run a copy
+of its seed's warm start resumed with the arm's overrides (DIR/ARM/seed_S, its log beside it as
+seed_S.log). `--config.key=value` flags go to every run. Runs execute one at a time as
 subprocesses; the study is resumable: a finished run is kept, an interrupted one resumed. At the
 end DIR/study.{md,csv,json} hold the arms' means over seeds and the paired tests
 (t2t_jax/evaluation/study.py). Arms: grpo (the config as given), shuffle (grpo.control=shuffle),
@@ -36,15 +37,27 @@ def config_overrides(argv) -> list[str]:
 
 
 def finished(workdir: str) -> bool:
-    """A run is finished when its results.json ends with the last stage of its config.json."""
+    """A run is finished when its results.json ends with the last stage of its config (config.json
+    with its resumes' changes)."""
+    from t2t_jax import rundir
     try:
-        with open(os.path.join(workdir, "config.json")) as f:
-            stages = json.load(f)["stages"]
+        stages = rundir.current_config(workdir)["stages"]
         with open(os.path.join(workdir, "results.json")) as f:
             points = [r["point"] for r in json.load(f)]
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, rundir.RunDirError):
         return False
     return len(points) == stages + 1 and (stages == 0 or points[-1] == f"stage_{stages - 1}")
+
+
+def run_config(argv: list[str]):
+    """The config one run's command line gives (its --config and --config.key=value flags)."""
+    from absl import flags as absl_flags
+    from ml_collections import config_flags
+    argv = ["launch.main", *[a for a in argv if a.startswith("--config")]]
+    values = absl_flags.FlagValues()
+    config_flags.DEFINE_config_file("config", None, "", flag_values=values, sys_argv=argv)
+    values(argv)
+    return values.config
 
 
 def run(cmd: list[str], log: str, label: str) -> None:
@@ -71,29 +84,38 @@ def main(argv):
     common = config_overrides(sys.argv[1:])
     root = os.path.abspath(_WORKDIR.value)
     base = [sys.executable, "-m", "launch.main", f"--config={_CONFIG.value}", "--noprogress"]
-    plan = []
-    for s in seeds:
-        warm = os.path.join(root, "warm_start", f"seed_{s}")
-        plan.append(("warm_start", s, warm, None, base + [f"--workdir={warm}", f"--config.seed={s}", *common,
-                                                          "--config.stages=0"]))
-        for arm, overrides in arms.items():
+    # The warm starts first, then arm by arm, so that a study stopped part-way holds whole arms.
+    warm = {s: os.path.join(root, "warm_start", f"seed_{s}") for s in seeds}
+    plan = [("warm_start", s, warm[s], None, base + [f"--workdir={warm[s]}", f"--config.seed={s}", *common,
+                                                     "--config.stages=0"]) for s in seeds]
+    for arm, overrides in arms.items():
+        # The arm's own fields may differ from the warm start's (recorded in the run's history.jsonl).
+        allow = [f"--allow_changes={','.join(o.split('=', 1)[0] for o in overrides)}"] if overrides else []
+        for s in seeds:
             workdir = os.path.join(root, arm, f"seed_{s}")
-            plan.append((arm, s, workdir, warm, base + [f"--workdir={workdir}", "--resume", f"--config.seed={s}",
-                                                        *common, *(f"--config.{o}" for o in overrides)]))
+            plan.append((arm, s, workdir, warm[s], base + [f"--workdir={workdir}", "--resume", *allow,
+                                                           f"--config.seed={s}", *common,
+                                                           *(f"--config.{o}" for o in overrides)]))
+    from configs import schema
+    for arm, s, _, _, cmd in plan:  # every run's config, checked before any work
+        try:
+            schema.validate(run_config(cmd))
+        except (schema.ConfigError, ValueError, flags.Error) as e:
+            raise schema.ConfigError(f"arm {arm!r}, seed {s}: {e}") from None
     if _DRY.value:
         print("\n".join(" ".join(p[4]) for p in plan))
         return
     results = {arm: {} for arm in arms}
+    os.makedirs(root, exist_ok=True)
     for i, (arm, s, workdir, warm, cmd) in enumerate(plan):
         label = f"[{i + 1}/{len(plan)}] {arm} seed {s}"
         if not finished(workdir):
             if warm is not None and not os.path.exists(workdir):  # a copy of the warm start, made whole first
                 tmp = workdir + ".copying"
                 shutil.rmtree(tmp, ignore_errors=True)
-                shutil.copytree(warm, tmp)
-                os.remove(os.path.join(tmp, "config.json"))  # the arm's run writes its own
+                shutil.copytree(warm, tmp, ignore=shutil.ignore_patterns(".lock"))
                 os.replace(tmp, workdir)
-            elif warm is None and os.path.exists(os.path.join(workdir, "checkpoints")):
+            elif warm is None and os.path.exists(os.path.join(workdir, "config.json")):  # begun before
                 cmd = cmd + ["--resume"]
             os.makedirs(os.path.dirname(workdir), exist_ok=True)
             run(cmd, workdir + ".log", label)
@@ -114,4 +136,5 @@ def parse_flags(argv):
 
 
 if __name__ == "__main__":
-    app.run(main, flags_parser=parse_flags)
+    from t2t_jax import cli
+    cli.run(main, flags_parser=parse_flags)

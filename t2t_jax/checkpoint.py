@@ -3,20 +3,78 @@
     ckpt = Checkpointer(workdir / "checkpoints", keep=3)
     ckpt.save(step, state, meta)           # meta: JSON (stage index, phase, config history,
                                            # engineer records, results, RNG seed and counters)
-    state, meta = ckpt.restore(ckpt.latest(), like=state)
-    meta = ckpt.meta(ckpt.latest())        # the JSON record alone
+    step = ckpt.latest_intact()            # the newest checkpoint whose checksums match
+    state, meta = ckpt.restore(step, like=state)
+    meta = ckpt.meta(step)                 # the JSON record alone
 
 Orbax writes each step to a temporary directory and renames it when complete, so `latest()`
 only ever names a complete checkpoint: a run killed mid-save resumes from the one before.
 Saves are synchronous (the stage loop is not waiting on the disk for long at these sizes, and a
 SIGTERM handler must know the save finished before the process exits).
+
+Integrity: after a save, process 0 writes `CHECKSUMS` into the step's directory (the SHA-256
+and size of every file of the step; about 1 s per GB). `latest_intact()` verifies the newest
+steps in turn: a step whose files are missing, truncated or changed is moved aside to
+`../corrupt_checkpoints/STEP` with a warning naming it and the file, and the one before is
+tried; none intact is a `CheckpointError`. (A step written before checksums existed is
+trusted as it is.)
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import shutil
+import sys
 
 import jax
 import orbax.checkpoint as ocp
+
+from t2t_jax.errors import UserError
+
+CHECKSUMS = "t2t_checksums.json"
+
+
+class CheckpointError(UserError):
+    """No intact checkpoint to restore (the message names the directory and what was wrong)."""
+
+
+def file_digests(directory: str) -> dict[str, list]:
+    """Relative path -> [size, sha256 hex] of every file under `directory` but CHECKSUMS."""
+    out = {}
+    for root, _, files in os.walk(directory):
+        for name in sorted(files):
+            path = os.path.join(root, name)
+            rel = os.path.relpath(path, directory)
+            if rel == CHECKSUMS:
+                continue
+            h = hashlib.sha256()
+            with open(path, "rb") as f:
+                for block in iter(lambda: f.read(1 << 23), b""):
+                    h.update(block)
+            out[rel] = [os.path.getsize(path), h.hexdigest()]
+    return out
+
+
+def verify(step_dir: str) -> str | None:
+    """None when the step's files match its CHECKSUMS (or it has none), else what differs."""
+    path = os.path.join(step_dir, CHECKSUMS)
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            expected = json.load(f)
+    except (OSError, ValueError) as e:
+        return f"{CHECKSUMS} unreadable ({e})"
+    actual = file_digests(step_dir)
+    for rel, (size, digest) in expected.items():
+        if rel not in actual:
+            return f"{rel} is missing"
+        if actual[rel][0] != size:
+            return f"{rel} has {actual[rel][0]} bytes, {size} were written"
+        if actual[rel][1] != digest:
+            return f"{rel} differs from what was written (sha256)"
+    return None
 
 
 class Checkpointer:
@@ -29,16 +87,54 @@ class Checkpointer:
         self.manager = ocp.CheckpointManager(self.directory, options=options)
 
     def save(self, step: int, state, meta: dict) -> None:
-        """Write `state` (a pytree of arrays) and `meta` (JSON) as checkpoint `step`
-        (an existing checkpoint at `step` is kept, not rewritten)."""
+        """Write `state` (a pytree of arrays) and `meta` (JSON) as checkpoint `step`, then its
+        checksums (an existing checkpoint at `step` is kept, not rewritten)."""
         if step in self.manager.all_steps():
             return
         self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
                                                         meta=ocp.args.JsonSave(meta)), force=True)
         self.manager.wait_until_finished()
+        if jax.process_index() == 0:
+            step_dir = self._step_dir(step)
+            digests = file_digests(step_dir)
+            tmp = os.path.join(step_dir, CHECKSUMS + ".tmp")
+            with open(tmp, "w") as f:
+                json.dump(digests, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, os.path.join(step_dir, CHECKSUMS))
+
+    def _step_dir(self, step: int) -> str:
+        return os.path.join(self.directory, str(step))
 
     def latest(self) -> int | None:
+        """The newest complete checkpoint (not verified: see latest_intact)."""
         return self.manager.latest_step()
+
+    def latest_intact(self) -> int | None:
+        """The newest checkpoint whose files match their checksums; newer corrupt ones are moved
+        to ../corrupt_checkpoints/ with a warning. None when there are none; CheckpointError when
+        there were some and none is intact."""
+        steps = sorted(self.manager.all_steps(), reverse=True)
+        problems = []
+        for step in steps:
+            problem = verify(self._step_dir(step))
+            if problem is None:
+                if problems:
+                    print(f"warning: restoring checkpoint {step} of {self.directory}; newer ones were corrupt: "
+                          + "; ".join(problems), file=sys.stderr, flush=True)
+                return step
+            problems.append(f"{step}: {problem}")
+            if jax.process_index() == 0:
+                aside = os.path.join(os.path.dirname(self.directory), "corrupt_checkpoints", str(step))
+                os.makedirs(os.path.dirname(aside), exist_ok=True)
+                shutil.rmtree(aside, ignore_errors=True)
+                shutil.move(self._step_dir(step), aside)
+            self.manager.reload()
+        if problems:
+            raise CheckpointError(f"no intact checkpoint under {self.directory} (moved aside to "
+                                  f"corrupt_checkpoints/): " + "; ".join(problems))
+        return None
 
     def meta(self, step: int) -> dict:
         """The JSON record of checkpoint `step` alone (to shape the state restore from it)."""

@@ -28,7 +28,7 @@ import numpy as np
 from flax import nnx
 
 from t2t_jax import sharding as shd
-from t2t_jax.checkpoint import Checkpointer
+from t2t_jax.checkpoint import CheckpointError, Checkpointer
 from t2t_jax.engineer.context import build_account
 from t2t_jax.engineer.engineer import Engineer
 from t2t_jax.env import io
@@ -90,27 +90,11 @@ MONITOR_KEY = 20261202
 
 
 def check_config(c) -> None:
-    """Errors for settings that cannot work, naming the fields, before any work (a config.json of
-    a run begun before a field existed reads as its old behaviour)."""
-    if c.sft.steps:
-        sft.check_targets(c.sft.targets)
-    g = c.grpo
-    for field, value, legal in (("grpo.guidance", g.get("guidance", "none"), GUIDANCE),
-                                ("grpo.old_logprobs", g.old_logprobs, OLD_LOGPROBS),
-                                ("grpo.control", g.get("control", "none"), grpo.CONTROLS),
-                                ("grpo.informative", g.get("informative", "reward"), grpo.INFORMATIVE)):
-        if value not in legal:
-            raise ValueError(f"{field}: {value!r} is not one of {legal}")
-    if not c.rollout.temperature > 0:
-        raise ValueError(f"rollout.temperature: {c.rollout.temperature} must be > 0 (GRPO samples its groups)")
-    if "temperature" in c.train and c.train.temperature != c.rollout.temperature:
-        raise ValueError(f"train.temperature: {c.train.temperature} differs from rollout.temperature: "
-                         f"{c.rollout.temperature}; the update's log-probs are at the sampling temperature")
-    guidance = g.get("guidance", "none")
-    if guidance != "none" and g.old_logprobs == "sampler":
-        raise ValueError("grpo.guidance: guided rows have no sampler log-probs; use grpo.old_logprobs='recompute'")
-    if guidance != "none" and c.rollout.enable_thinking:
-        raise ValueError("grpo.guidance: certified plans carry no think block; use rollout.enable_thinking=False")
+    """Every field against its declared type and legal values (configs/schema.py), before any
+    work; ConfigError names the field (a config.json of a run begun before a field existed
+    lacks it, and reads as its old behaviour)."""
+    from configs import schema
+    schema.validate(c)
 
 
 class StageRunner:
@@ -135,28 +119,30 @@ class StageRunner:
         self.sft_trainer = Trainer(self.model, c, loss="sft", mesh=self.mesh, optim=sft_optim)
         self.trainer = Trainer(self.model, c, loss="grpo", mesh=self.mesh)
         self.engineer = Engineer(c.engineer, self.policy, base_params=self.trainer.initial_params, seed=c.seed)
-        os.makedirs(self.workdir, exist_ok=True)
-        if jax.process_index() == 0:
-            io.write_atomic(os.path.join(self.workdir, "config.json"), config.to_json(indent=1))
         self.ckpt = Checkpointer(os.path.join(self.workdir, "checkpoints"), keep=c.checkpoint.keep)
-        self.writer = SummaryWriter(os.path.join(self.workdir, "tb"))
+        self._writer = None
         self._term = False
+
+    @property
+    def writer(self) -> SummaryWriter:
+        """TensorBoard events under tb/, the file made at the first write (reading a run adds none)."""
+        if self._writer is None:
+            self._writer = SummaryWriter(os.path.join(self.workdir, "tb"))
+        return self._writer
 
     @classmethod
     def from_workdir(cls, workdir: str, progress: bool = False) -> "StageRunner":
-        """The runner of an existing run, from the config.json it wrote."""
+        """The runner of an existing run, from its config (config.json and the resumes' changes,
+        t2t_jax/rundir.py); it reads the run and writes nothing."""
         import ml_collections as mlc
-        path = os.path.join(workdir, "config.json")
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"{path} does not exist: not a launch.main workdir")
-        with open(path) as f:
-            return cls(mlc.ConfigDict(json.load(f)), workdir, progress)
+        from t2t_jax import rundir
+        return cls(mlc.ConfigDict(rundir.current_config(workdir)), workdir, progress)
 
     def latest_params(self):
         """The policy params of the latest checkpoint."""
-        latest = self.ckpt.latest()
+        latest = self.ckpt.latest_intact()
         if latest is None:
-            raise FileNotFoundError(f"no checkpoint under {self.ckpt.directory}")
+            raise CheckpointError(f"no checkpoint under {self.ckpt.directory}")
         return self._restore(latest, self.trainer.init())[0].params
 
     # ---- bookkeeping -------------------------------------------------------------------------
@@ -172,7 +158,7 @@ class StageRunner:
         saved = self.ckpt.meta(step)
         has_ref = saved.get("has_ref", bool(beta) and saved["phase"] != "sft")  # (older checkpoints)
         if saved["phase"] not in ("sft", "warm") and has_ref != bool(beta):
-            raise ValueError(f"grpo.beta: {beta} on resume, but this run's GRPO phase began with "
+            raise CheckpointError(f"grpo.beta: {beta} on resume, but this run's GRPO phase began with "
                              f"{'beta > 0' if has_ref else 'beta = 0 (no reference model kept)'}; "
                              "resume with the run's own grpo.beta (config.json)")
         restored, meta = self.ckpt.restore(step, {"state": state, "ref": self.trainer.initial_params if has_ref else {}})
@@ -181,7 +167,7 @@ class StageRunner:
     def _maybe_preempted(self, state, ref, meta):
         if self._term:
             self._save(state, ref, meta)
-            self.writer.close()
+            self.close()
             raise Preempted(0)
 
     def _write_records(self, meta):
@@ -251,8 +237,8 @@ class StageRunner:
 
     def _run(self, resume):
         c = self.config
-        latest = self.ckpt.latest() if resume else None
-        if not resume and self.ckpt.latest() is not None:
+        latest = self.ckpt.latest_intact() if resume else None
+        if not resume and self.ckpt.latest() is not None:  # (launch.main's rundir.open_run refuses first)
             raise FileExistsError(f"{self.workdir} already holds checkpoints: pass --resume to continue "
                                   "it, or choose another --workdir")
         state = self.sft_trainer.init() if c.sft.steps else self.trainer.init()
@@ -282,8 +268,13 @@ class StageRunner:
         entry = meta["results"][-1]
         if jax.process_index() == 0:
             benchmark.write_tables(self.workdir, entry)
-        self.writer.close()
+        self.close()
         return meta["results"]
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
 
     def _sft(self, state, meta):
         c = self.config

@@ -27,6 +27,18 @@ def apply(edits, mode="selective", rewards=REWARDS, agent_range=(1, 5)):
                                   agent_range)
 
 
+def test_edit_and_bucket_counts_are_capped_and_any_text_is_survived():
+    many = [{"bucket": 2, **EDIT}] * 1000
+    with pytest.raises(propose.ProposalError, match="1000 edits, at most 4"):
+        apply(many)
+    with pytest.raises(propose.ProposalError, match="would have 17 buckets, at most 16"):
+        propose.apply_proposal({"edits": many[:15], "reward_weights": REWARDS}, CONFIG, ACCURACY_FIRST,
+                               "selective", (1, 5), max_edits=100)
+    for text in ("[" * 1000 + "]" * 1000, "{" * 100000, "not json", ""):
+        with pytest.raises(propose.ProposalError, match="not valid JSON"):
+            propose.parse_proposal(text)
+
+
 def test_selective_keeps_unnamed_buckets_and_rewrite_replaces():
     new, weights = apply([{"bucket": 1, **EDIT}])
     assert dataclasses.replace(new.buckets[0], weight=1.0) == CONFIG.buckets[0]  # kept (weights normalised)

@@ -96,26 +96,6 @@ def test_sampler_and_trainer_log_probs_agree(run):
     assert all(e.value < 1e-3 for e in acc.Scalars("train/sampler_logratio_max"))
 
 
-@pytest.mark.parametrize("override, message", [
-    ({"grpo.old_logprobs": "bogus"}, "grpo.old_logprobs: 'bogus' is not one of"),
-    ({"grpo.control": "permute"}, "grpo.control: 'permute' is not one of"),
-    ({"grpo.informative": "length"}, "grpo.informative: 'length' is not one of"),
-    ({"rollout.temperature": 0.0}, "rollout.temperature: 0.0 must be > 0"),
-    ({"train.temperature": 1.0}, "train.temperature: 1.0 differs from rollout.temperature: 0.7"),
-])
-def test_check_config_names_the_field(override, message):
-    import configs.stage
-    from t2t_jax.stages import check_config
-    c = configs.stage.get_config()
-    for key, value in override.items():
-        section, field = key.split(".")
-        with c[section].unlocked():
-            c[section][field] = value
-    with pytest.raises(ValueError, match=message):
-        check_config(c)
-    check_config(configs.stage.get_config())
-
-
 def test_existing_workdir_needs_resume(run):
     workdir, _ = run
     out = subprocess.run([sys.executable, "-m", "launch.main", "--config=configs/stage.py:smoke",
@@ -138,6 +118,12 @@ def test_kl_run_resumes_from_an_sft_checkpoint_and_a_changed_beta_is_named(tmp_p
                           f"--workdir={tmp_path}", "--noprogress", f"--config.compilation_cache={CACHE}",
                           "--resume", "--config.stages=2"], cwd=ROOT, env=ENV, capture_output=True, text=True,
                          timeout=600)
+    assert out.returncode == 2 and "changes the run's maths: grpo.beta: 0.04 -> 0.0" in out.stderr, out.stderr[-3000:]
+    # Allowed explicitly, the checkpoint itself still refuses: it holds no reference model for beta = 0.
+    out = subprocess.run([sys.executable, "-m", "launch.main", "--config=configs/stage.py:smoke",
+                          f"--workdir={tmp_path}", "--noprogress", f"--config.compilation_cache={CACHE}",
+                          "--resume", "--config.stages=2", "--allow_changes=grpo.beta"], cwd=ROOT, env=ENV,
+                         capture_output=True, text=True, timeout=600)
     assert out.returncode != 0 and "grpo.beta: 0.0 on resume" in out.stderr, out.stderr[-3000:]
 
 
@@ -169,6 +155,7 @@ def test_sigkill_mid_stage_then_resume_equals_uninterrupted(run, tmp_path):
 
 def test_eval_cli_on_the_run(run, tmp_path):
     workdir, _ = run
+    before = {os.path.join(r, p): os.path.getmtime(os.path.join(r, p)) for r, _, fs in os.walk(workdir) for p in fs}
     out = subprocess.run([sys.executable, "-m", "launch.eval", f"--run={workdir}", "--per_cell=1",
                           f"--out={tmp_path}", "--batch_size=32", "--samples=2", "--temperature=0.7"],
                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
@@ -179,6 +166,8 @@ def test_eval_cli_on_the_run(run, tmp_path):
     assert abs(summary["valid"] - final["valid"]) < 1e-9  # the same boards, the same greedy policy
     assert 0 <= summary["avg@2_valid"] <= summary["pass@2_valid"] <= 1
     assert "| avg@2 acc. |" in open(summary["md"]).read()
+    # Reading the run wrote nothing into it (no config.json rewrite, no new event file).
+    assert {os.path.join(r, p): os.path.getmtime(os.path.join(r, p)) for r, _, fs in os.walk(workdir) for p in fs} == before
     bad = subprocess.run([sys.executable, "-m", "launch.eval", f"--run={workdir}", "--samples=2", "--top_p=1.5"],
                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
     assert bad.returncode != 0 and "--top_p 1.5 must be" in bad.stderr
@@ -192,20 +181,3 @@ def test_sigterm_checkpoints_and_exits_cleanly(run, tmp_path):
     launch(tmp_path, "--resume")
     for a, b in zip(jax.tree.leaves(final_params(tmp_path)), jax.tree.leaves(final_params(workdir))):
         np.testing.assert_array_equal(a, b)
-
-
-@pytest.mark.parametrize("change, message", [
-    ({"grpo.guidance": "teacher"}, "grpo.guidance: 'teacher' is not one of"),
-    ({"grpo.guidance": "canonical", "grpo.old_logprobs": "sampler"}, "use grpo.old_logprobs='recompute'"),
-    ({"grpo.guidance": "witness", "rollout.enable_thinking": True}, "use rollout.enable_thinking=False"),
-    ({"sft.targets": "teacher"}, "sft.targets: 'teacher' is not one of"),
-])
-def test_settings_that_cannot_work_are_named(change, message):
-    from configs.stage import get_config
-    from t2t_jax.stages import check_config
-    config = get_config()
-    for path, value in change.items():
-        section, field = path.split(".")
-        config[section][field] = value
-    with pytest.raises(ValueError, match=message):
-        check_config(config)

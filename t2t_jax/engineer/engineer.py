@@ -17,7 +17,6 @@ schema, or free text that must parse as JSON).
 """
 from __future__ import annotations
 
-import json
 
 import numpy as np
 
@@ -88,12 +87,9 @@ class Engineer:
         try:
             if truncated:
                 raise propose.ProposalError(f"truncated at engineer.max_tokens = {c.max_tokens}")
-            try:
-                parsed = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise propose.ProposalError(f"not valid JSON ({e})") from None
-            record["parsed"] = parsed
-            new, weights = propose.apply_proposal(parsed, config, reward_weights, c.edit_mode, self.agent_range)
+            record["parsed"] = parsed = propose.parse_proposal(text)
+            new, weights = propose.apply_proposal(parsed, config, reward_weights, c.edit_mode, self.agent_range,
+                                                  c.max_edits)
         except propose.ProposalError as e:
             return record | {"reason": f"rejected: {e}; previous config kept", "config": config.to_json(),
                              "reward_weights": dict(reward_weights)}

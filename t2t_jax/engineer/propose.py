@@ -27,6 +27,7 @@ from t2t_jax.engineer.context import account_text
 from t2t_jax.env.config import ConfigError, EnvConfig, bucket_from_json
 
 EDIT_MODES = ("selective", "rewrite")
+MAX_BUCKETS = 16  # buckets a proposal may leave in the config
 DENSITIES = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)
 WEIGHTS = (0.5, 1.0, 2.0, 3.0)
 REWARD_VALUES = (0.0, 0.1, 0.2, 0.5, 1.0)
@@ -69,14 +70,25 @@ def proposal_schema(config: EnvConfig, agent_range: tuple[int, int], max_edits: 
         "reward_weights": rewards}, "required": ["edits", "reward_weights"]}
 
 
+def parse_proposal(text: str):
+    """The proposal's JSON; ProposalError for any text that is not JSON (1,000-deep nesting too)."""
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as e:
+        raise ProposalError(f"not valid JSON ({type(e).__name__}: {str(e)[:200]})") from None
+
+
 def apply_proposal(proposal: dict, config: EnvConfig, reward_weights: dict, mode: str,
-                   agent_range: tuple[int, int]) -> tuple[EnvConfig, dict]:
+                   agent_range: tuple[int, int], max_edits: int = 4) -> tuple[EnvConfig, dict]:
     """-> (next EnvConfig with normalised weights, next reward weights); ProposalError with the
-    reason for anything unusable."""
+    reason for anything unusable, whatever the decoding mode: at most `max_edits` edits and
+    MAX_BUCKETS buckets."""
     if mode not in EDIT_MODES:
         raise ValueError(f"engineer.edit_mode: {mode!r} is not one of {EDIT_MODES}")
     if not isinstance(proposal, dict) or not isinstance(proposal.get("edits"), list) or not proposal["edits"]:
         raise ProposalError("edits: expected a non-empty list")
+    if len(proposal["edits"]) > max_edits:
+        raise ProposalError(f"edits: {len(proposal['edits'])} edits, at most {max_edits} (engineer.max_edits)")
     n = len(config.buckets)
     buckets = list(config.buckets) if mode == "selective" else []
     seen = set()
@@ -103,6 +115,8 @@ def apply_proposal(proposal: dict, config: EnvConfig, reward_weights: dict, mode
             buckets[target] = bucket
         else:
             buckets.append(bucket)
+    if len(buckets) > MAX_BUCKETS:
+        raise ProposalError(f"edits: the config would have {len(buckets)} buckets, at most {MAX_BUCKETS}")
     total = sum(b.weight for b in buckets)
     buckets = [dataclasses.replace(b, weight=round(b.weight / total, 4)) for b in buckets]
     try:

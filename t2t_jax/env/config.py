@@ -26,13 +26,14 @@ from typing import Any, Sequence
 import numpy as np
 
 from t2t_jax.env.distances import MAX_PACKED_SIZE
+from t2t_jax.errors import UserError
 
 MIN_SIZE = 3
 MAX_HOLE_DENSITY = 0.5
 MAX_AGENT_SLOTS = 16
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """An `EnvConfig` field outside its legal range, or an unsatisfiable bucket."""
 
 

@@ -19,6 +19,7 @@ from flax import nnx
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
+from t2t_jax.errors import UserError
 from t2t_jax.models.qwen3.model import Qwen3
 from t2t_jax.models.qwen3.presets import Qwen3Config
 
@@ -39,7 +40,7 @@ HF_LAYER = {
 HF_GLOBAL = {"embed": "model.embed_tokens.weight", "final_norm": "model.norm.weight", "lm_head": "lm_head.weight"}
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError, ValueError):
     """A checkpoint directory that cannot be loaded (the message names the file or tensor)."""
 
 
@@ -50,7 +51,15 @@ def _files(path: str) -> dict[str, str]:
     if os.path.exists(index):
         with open(index) as f:
             weight_map = json.load(f)["weight_map"]
-        return {k: os.path.join(path, v) for k, v in weight_map.items()}
+        root = os.path.realpath(path)
+        files = {}
+        for k, v in weight_map.items():
+            target = os.path.realpath(os.path.join(root, v)) if isinstance(v, str) else ""
+            if os.path.dirname(target) != root or not target.endswith(".safetensors"):
+                raise CheckpointError(f"{index}: weight_map[{k!r}] = {v!r} is not a .safetensors file of "
+                                      "the checkpoint directory itself")
+            files[k] = target
+        return files
     if os.path.exists(single):
         with safe_open(single, framework="numpy") as f:
             return {k: single for k in f.keys()}
