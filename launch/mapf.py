@@ -40,21 +40,22 @@ from t2t_jax.evaluation.sets import SETS, write as write_set
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("config", None, "EnvConfig: a JSON file or inline JSON.")
-flags.DEFINE_integer("num", 1000, "Boards to generate.")
+flags.DEFINE_integer("num", 1000, "Boards to generate.", lower_bound=1)
 flags.DEFINE_integer("seed", 0, "PRNG seed.")
-flags.DEFINE_integer("chunk", 4096, "Boards per jitted generator call.")
+flags.DEFINE_integer("chunk", 4096, "Boards per jitted generator call.", lower_bound=1)
 flags.DEFINE_string("out", None, "Output JSON-lines file (generate).")
 flags.DEFINE_string("boards", None, "Boards JSON-lines file.")
 flags.DEFINE_string("plans", None, "Plans JSON-lines file (validate).")
-flags.DEFINE_integer("limit", 0, "Boards to show (0 = all).")
-flags.DEFINE_integer("max_size", 10, "Padded grid side when reading boards.")
-flags.DEFINE_integer("max_agents", 5, "Padded agent slots when reading boards.")
+flags.DEFINE_integer("limit", 0, "Boards to show (0 = all).", lower_bound=0)
+flags.DEFINE_integer("max_size", 10, "Padded grid side when reading boards.", lower_bound=3, upper_bound=31)
+flags.DEFINE_integer("max_agents", 5, "Padded agent slots when reading boards.", lower_bound=1, upper_bound=16)
 flags.DEFINE_bool("certify", True, "generate: certify optimal makespans (and drop infeasible boards).")
-flags.DEFINE_integer("horizon", 64, "Longest plan searched when certifying / solving.")
-flags.DEFINE_integer("workers", 0, "Solver processes (0 = one per CPU).")
+flags.DEFINE_integer("horizon", 64, "Longest plan searched when certifying / solving.", lower_bound=1,
+                     upper_bound=1024)
+flags.DEFINE_integer("workers", 0, "Solver processes (0 = one per CPU).", lower_bound=0)
 flags.DEFINE_list("sets", list(SETS), "build_sets: which eval sets.")
 
-flags.DEFINE_integer("cell", 40, "render: pixels per cell.")
+flags.DEFINE_integer("cell", 40, "render: pixels per cell.", lower_bound=4, upper_bound=200)
 
 COMMANDS = ("generate", "validate", "show", "stats", "solve", "build_sets", "render")
 

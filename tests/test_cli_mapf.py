@@ -44,3 +44,10 @@ def test_stats_and_errors(tmp_path):
                f"--out={tmp_path / 'x.jsonl'}")
     assert bad.returncode == 2 and "unsatisfiable" in bad.stderr
     assert not (tmp_path / "x.jsonl").exists()
+
+
+@pytest.mark.parametrize("flag", ["--num=0", "--chunk=0", "--horizon=0", "--cell=100000", "--max_size=99"])
+def test_out_of_range_flags_are_refused_before_any_work(tmp_path, flag):
+    out = mapf("generate", f"--config={CONFIG}", f"--out={tmp_path / 'x.jsonl'}", flag)
+    assert out.returncode != 0 and f"flag {flag}" in out.stderr and "Traceback" not in out.stderr
+    assert not (tmp_path / "x.jsonl").exists()

@@ -166,6 +166,13 @@ def test_clear_errors(tmp_path):
     (tmp_path / "pytorch_model.bin").write_bytes(b"pickle")
     with pytest.raises(qwen3.CheckpointError, match="only safetensors"):
         qwen3.from_pretrained(str(tmp_path))
+    # A sharded checkpoint's index may only name safetensors files of the directory itself.
+    for target in ("../outside.safetensors", "/etc/passwd", "sub/model.safetensors", 3):
+        (tmp_path / "model.safetensors.index.json").write_text(json.dumps(
+            {"weight_map": {"model.embed_tokens.weight": target}}))
+        with pytest.raises(qwen3.CheckpointError, match=r"weight_map\['model.embed_tokens.weight'\] = .* is not a "
+                                                        r"\.safetensors file of the checkpoint directory"):
+            qwen3.from_pretrained(str(tmp_path))
 
 
 def test_presets_have_published_sizes():
@@ -192,10 +199,3 @@ def test_chunked_token_logprobs_match_full_logits():
     g_chunk = nnx.grad(lambda m: chunked(m).sum())(model)
     for a, b in zip(jax.tree.leaves(nnx.state(g_full)), jax.tree.leaves(nnx.state(g_chunk))):
         np.testing.assert_allclose(a, b, atol=1e-5)
-    # A sharded checkpoint's index may only name safetensors files of the directory itself.
-    for target in ("../outside.safetensors", "/etc/passwd", "sub/model.safetensors", 3):
-        (tmp_path / "model.safetensors.index.json").write_text(json.dumps(
-            {"weight_map": {"model.embed_tokens.weight": target}}))
-        with pytest.raises(qwen3.CheckpointError, match=r"weight_map\['model.embed_tokens.weight'\] = .* is not a "
-                                                        r"\.safetensors file of the checkpoint directory"):
-            qwen3.from_pretrained(str(tmp_path))
