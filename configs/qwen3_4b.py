@@ -12,7 +12,7 @@ cell) at the first and last points.
 """
 import json
 
-from configs.common import base
+from t2t_jax.config.defaults import base
 
 
 def get_config(arg: str = ""):

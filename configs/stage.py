@@ -22,7 +22,7 @@ stage loop).
 """
 import json
 
-from configs.common import base
+from t2t_jax.config.defaults import base
 
 
 def get_config(arg: str = ""):

@@ -12,7 +12,7 @@ Prints one JSON object per line with `name`, `batch`, `ours_per_s`, `baseline`,
 - `pogema_reset`: POGEMA instance construction (GridConfig + reset) at the same size, agents
   and density, run by --pogema_python, an interpreter of its own virtualenv (POGEMA pins
   numpy<=1.26 and gymnasium 0.28, which cannot install beside this project, so it is not an
-  extra of setup.py); the benchmark installs nothing: make that virtualenv once with
+  extra of pyproject.toml); the benchmark installs nothing: make that virtualenv once with
   `python3 -m venv ~/.cache/t2t_jax/pogema-venv && ~/.cache/t2t_jax/pogema-venv/bin/pip install
   pogema==1.4.0`; without it the row is skipped with a note;
 - `dense_int_relaxation`: distance maps by relaxation on int grids vs our bit-packed BFS;

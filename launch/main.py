@@ -1,7 +1,7 @@
 """The stage loop: `python -m launch.main --config=configs/stage.py --workdir=DIR [--resume]`.
 
 Any config field is a flag: `--config.grpo.steps=20 --config.engineer.kind=frontier`.
-Before any work every field is checked (configs/schema.py) and the run directory is opened
+Before any work every field is checked (t2t_jax/config/schema.py) and the run directory is opened
 (t2t_jax/rundir.py: a fresh start needs a new directory, `--resume` refuses a change to the
 run's maths unless named in `--allow_changes`, one process per directory). An expected error
 is one line and exit status 2 (`--debug`: the traceback). See t2t_jax/stages.py for what a run
@@ -28,7 +28,7 @@ def main(argv):
     del argv
     if logging.get_verbosity() <= logging.INFO and not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO
-    from configs import schema
+    from t2t_jax.config import schema
     from t2t_jax import rundir
     schema.validate(_CONFIG.value)
     schema.check_inputs(_CONFIG.value)

@@ -96,7 +96,7 @@ def main(argv):
             plan.append((arm, s, workdir, warm[s], base + [f"--workdir={workdir}", "--resume", *allow,
                                                            f"--config.seed={s}", *common,
                                                            *(f"--config.{o}" for o in overrides)]))
-    from configs import schema
+    from t2t_jax.config import schema
     for arm, s, _, _, cmd in plan:  # every run's config, checked before any work
         try:
             schema.validate(run_config(cmd))

@@ -24,7 +24,7 @@ import time
 
 import jax
 
-from configs import schema
+from t2t_jax.config import schema
 from t2t_jax.env import io
 from t2t_jax.errors import UserError
 

@@ -90,10 +90,10 @@ MONITOR_KEY = 20261202
 
 
 def check_config(c) -> None:
-    """Every field against its declared type and legal values (configs/schema.py), before any
+    """Every field against its declared type and legal values (t2t_jax/config/schema.py), before any
     work; ConfigError names the field (a config.json of a run begun before a field existed
     lacks it, and reads as its old behaviour)."""
-    from configs import schema
+    from t2t_jax.config import schema
     schema.validate(c)
 
 

@@ -1,4 +1,4 @@
-"""The config schema (configs/schema.py): every bad value is refused in one pass before any work,
+"""The config schema (t2t_jax/config/schema.py): every bad value is refused in one pass before any work,
 in one line naming the field, the value and the legal values; the launchers exit 2 and write
 nothing."""
 import json
@@ -10,7 +10,7 @@ import pytest
 
 import configs.qwen3_4b
 import configs.stage
-from configs import schema
+from t2t_jax.config import schema
 from t2t_jax.stages import check_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -34,8 +34,8 @@ def test_the_shipped_configs_pass():
 
 
 def test_every_base_field_is_declared():
-    """A field added to configs/common.py without a declared type and range fails here."""
-    from configs.common import base
+    """A field added to t2t_jax/config/defaults.py without a declared type and range fails here."""
+    from t2t_jax.config.defaults import base
     declared = set(schema._fields())
     assert set(schema.leaves(base().to_dict())) <= declared
 

@@ -1,9 +1,9 @@
 """The stage loop's config schema: every field's type and legal values, checked in one pass.
 
-    from configs import schema
+    from t2t_jax.config import schema
     schema.validate(config)      # ConfigError naming the field, the value and the legal values
 
-`FIELDS` declares each leaf of `configs/common.py:base()` (dotted path -> spec); `validate` checks
+`FIELDS` declares each leaf of `t2t_jax/config/defaults.py:base()` (dotted path -> spec); `validate` checks
 the leaves that are present (a run begun before a field existed lacks it and reads as its old
 behaviour), refuses unknown ones, then checks what spans fields (`_cross_checks`: micro-batches
 dividing the batch, the engineer's agents inside the environment, sampler log-probs with
@@ -179,7 +179,7 @@ def validate(config) -> None:
         del values["train.temperature"]
     unknown = sorted(set(values) - set(fields))
     if unknown:
-        raise ConfigError(f"{unknown[0]}: unknown field (known fields: see configs/common.py)"
+        raise ConfigError(f"{unknown[0]}: unknown field (known fields: see t2t_jax/config/defaults.py)"
                           + (f"; also unknown: {', '.join(unknown[1:])}" if len(unknown) > 1 else ""))
     for path, value in values.items():
         fields[path](path, value)
