@@ -10,6 +10,7 @@ measures transfer), the engineer editing the other axes between stages.
 No SFT (a pretrained model already answers in the format). Full benchmark sets (150 boards per
 cell) at the first and last points.
 """
+
 import json
 
 from t2t_jax.config.defaults import base
@@ -20,11 +21,17 @@ def get_config(arg: str = ""):
     # attn_chunk 512 and micro-batches of 32 sequences: what fits v5e-16 (README, AOT tables)
     c.model.update(preset="qwen3-4b", checkpoint="", dtype="bfloat16", remat="full", attn_chunk=512)
     c.mesh = {"data": 1, "fsdp": -1, "tensor": 1}
-    c.env.initial = json.dumps({"max_size": 10, "max_agents": 5, "buckets": [
-        {"size": [3, 5], "agents": 2, "hole_density": [0.0, 0.2], "min_distance": 1, "weight": 1.0},
-        {"size": [6, 8], "agents": 2, "hole_density": [0.1, 0.3], "min_distance": 2, "weight": 1.0}]})
-    c.rollout.update(max_new_tokens=8192, temperature=1.0, top_p=1.0, enable_thinking=True,
-                     prompt_style="full")
+    c.env.initial = json.dumps(
+        {
+            "max_size": 10,
+            "max_agents": 5,
+            "buckets": [
+                {"size": [3, 5], "agents": 2, "hole_density": [0.0, 0.2], "min_distance": 1, "weight": 1.0},
+                {"size": [6, 8], "agents": 2, "hole_density": [0.1, 0.3], "min_distance": 2, "weight": 1.0},
+            ],
+        }
+    )
+    c.rollout.update(max_new_tokens=8192, temperature=1.0, top_p=1.0, enable_thinking=True, prompt_style="full")
     c.sft.steps = 0
     c.grpo.update(steps=100, prompts=32, group_size=8, loss_type="dapo", beta=0.0)
     c.optim.update(learning_rate=1e-6, warmup_steps=10, decay_steps=300)

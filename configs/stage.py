@@ -20,6 +20,7 @@ valid) gave 4.3%, 3.7% and 2.7%, but the loop from it then lost 12 boards and ga
 the engineer added a 1-agent bucket (hence engineer.agent_range = (2, 5) below; README, the
 stage loop).
 """
+
 import json
 
 from t2t_jax.config.defaults import base
@@ -32,19 +33,37 @@ def get_config(arg: str = ""):
     # hold a success to learn from.
     c.rollout.update(max_new_tokens=64, prompt_style="offsets", temperature=0.7)
     # 3-agent boards (the benchmark's smallest agent count) of every size.
-    c.env.initial = json.dumps({"max_size": 10, "max_agents": 5, "buckets": [
-        {"size": [3, 10], "agents": 3, "hole_density": [0.0, 0.4], "min_distance": 1}]})
-    c.sft.update(steps=800, batch_size=16, boards=4096, learning_rate=3e-3, warmup_steps=10,
-                 targets="canonical", answer_length=64,
-                 env=json.dumps({"max_size": 10, "max_agents": 5, "buckets": [
-                     {"size": [3, 10], "agents": [2, 3], "hole_density": [0.0, 0.4], "min_distance": 1}]}))
+    c.env.initial = json.dumps(
+        {
+            "max_size": 10,
+            "max_agents": 5,
+            "buckets": [{"size": [3, 10], "agents": 3, "hole_density": [0.0, 0.4], "min_distance": 1}],
+        }
+    )
+    c.sft.update(
+        steps=800,
+        batch_size=16,
+        boards=4096,
+        learning_rate=3e-3,
+        warmup_steps=10,
+        targets="canonical",
+        answer_length=64,
+        env=json.dumps(
+            {
+                "max_size": 10,
+                "max_agents": 5,
+                "buckets": [{"size": [3, 10], "agents": [2, 3], "hole_density": [0.0, 0.4], "min_distance": 1}],
+            }
+        ),
+    )
     # Up to 4 rounds of 16 boards per step, keeping the groups whose valid / optimal rewards
     # differ (most groups of the warm-started model are all-invalid or all-valid and carry no
     # advantage); the batch is filled up from the last round at advantage 0. A constant 2e-4 after
     # 4 warmup updates (3e-5 decaying to 1e-5 by stage 2 did not move the monitor; 3e-4 on 8
     # boards a step lowered it; README, Evidence).
-    c.grpo.update(steps=16, prompts=16, group_size=8, loss_type="dapo", beta=0.0, dynamic_sampling=True,
-                  dynamic_sampling_rounds=3)
+    c.grpo.update(
+        steps=16, prompts=16, group_size=8, loss_type="dapo", beta=0.0, dynamic_sampling=True, dynamic_sampling_rounds=3
+    )
     c.optim.update(learning_rate=2e-4, warmup_steps=4, decay_steps=48, end_lr_fraction=1.0)
     # The engineer's agent counts: those of the warm start and the benchmark (a 1-agent bucket it
     # once added cost the policy 12 benchmark boards and gained none; README, the stage loop).

@@ -18,10 +18,12 @@ Prints one JSON object per line per (topology, mesh): `topology`, `mesh`, `fits`
 seconds, per-device `argument_bytes`, `output_bytes`, `temp_bytes`, `alias_bytes` from
 `memory_analysis()`, `flops` from `cost_analysis()`, and the chip's `hbm_bytes`.
 """
+
 from __future__ import annotations
 
 if __name__ == "__main__":  # restart with the malloc tunable before jax loads: t2t_jax/hostenv.py
     from t2t_jax import hostenv
+
     hostenv.reexec_with_malloc_tunables()
 
 import json
@@ -54,8 +56,13 @@ flags.DEFINE_list("what", ["train"], "What to compile: train (the update) and/or
 flags.DEFINE_integer("decode_batch", 64, "Rows of the decode step (prompts x samples: 8 x 8).")
 flags.DEFINE_integer("decode_length", 8192, "KV cache length of the decode step (prompt + new tokens).")
 
-HBM = {"TPU v4": 32 * 2**30, "TPU v5 lite": 16 * 2**30, "TPU v5": 95 * 2**30, "TPU v5p": 95 * 2**30,
-       "TPU v6 lite": 32 * 2**30}
+HBM = {
+    "TPU v4": 32 * 2**30,
+    "TPU v5 lite": 16 * 2**30,
+    "TPU v5": 95 * 2**30,
+    "TPU v5p": 95 * 2**30,
+    "TPU v6 lite": 32 * 2**30,
+}
 
 
 def meshes(n, batch):
@@ -77,19 +84,28 @@ def train_step_fn(graphdef, opt):
         value, grads = jax.value_and_grad(loss)(params, ids)
         updates, opt_state = opt.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, value
+
     return step
 
 
 def abstract_model(config, mesh, param_dtype):
     """(graphdef, abstract params, their shardings) of a Qwen3 on `mesh` (no weights)."""
-    model = nnx.eval_shape(lambda: qwen3.Qwen3(config, dtype=jnp.bfloat16, param_dtype=jnp.dtype(param_dtype),
-                                               remat=FLAGS.remat, attn_chunk=FLAGS.attn_chunk))
+    model = nnx.eval_shape(
+        lambda: qwen3.Qwen3(
+            config,
+            dtype=jnp.bfloat16,
+            param_dtype=jnp.dtype(param_dtype),
+            remat=FLAGS.remat,
+            attn_chunk=FLAGS.attn_chunk,
+        )
+    )
     graphdef, state = nnx.split(model)
     params = nnx.to_pure_dict(state)
 
     def shard_of(path, leaf):
         name = str(getattr(path[-1], "key", path[-1]))
         return sharding.param_sharding(name, leaf.shape, mesh)
+
     return graphdef, params, jax.tree_util.tree_map_with_path(shard_of, params)
 
 
@@ -100,12 +116,23 @@ def report(compiled, seconds, topo, topo_name, axes, config, **extra):
     kind = topo.devices[0].device_kind
     hbm = HBM.get(kind)
     peak = mem.argument_size_in_bytes + mem.output_size_in_bytes + mem.temp_size_in_bytes - mem.alias_size_in_bytes
-    return {"topology": topo_name, "mesh": axes, "device_kind": kind, "chips": len(topo.devices),
-            "fits": bool(hbm and peak <= hbm), "peak_bytes": int(peak), "hbm_bytes": hbm,
-            "argument_bytes": int(mem.argument_size_in_bytes), "output_bytes": int(mem.output_size_in_bytes),
-            "temp_bytes": int(mem.temp_size_in_bytes), "alias_bytes": int(mem.alias_size_in_bytes),
-            "flops": float(cost.get("flops", -1)), "compile_s": round(seconds, 1), "preset": FLAGS.preset,
-            **extra}
+    return {
+        "topology": topo_name,
+        "mesh": axes,
+        "device_kind": kind,
+        "chips": len(topo.devices),
+        "fits": bool(hbm and peak <= hbm),
+        "peak_bytes": int(peak),
+        "hbm_bytes": hbm,
+        "argument_bytes": int(mem.argument_size_in_bytes),
+        "output_bytes": int(mem.output_size_in_bytes),
+        "temp_bytes": int(mem.temp_size_in_bytes),
+        "alias_bytes": int(mem.alias_size_in_bytes),
+        "flops": float(cost.get("flops", -1)),
+        "compile_s": round(seconds, 1),
+        "preset": FLAGS.preset,
+        **extra,
+    }
 
 
 def compile_decode(config, topo_name, axes):
@@ -118,12 +145,17 @@ def compile_decode(config, topo_name, axes):
     kv = "tensor" if "tensor" in mesh.shape and config.num_key_value_heads % mesh.shape["tensor"] == 0 else None
     kv_shard = NamedSharding(mesh, PartitionSpec(batch_axes, kv, None, None))
     row = sharding.batch_sharding(mesh, 1)
-    layer_kv = tuple(jax.ShapeDtypeStruct((b, config.num_key_value_heads, s, config.head_dim), jnp.bfloat16,
-                                          sharding=kv_shard) for _ in range(config.num_hidden_layers))
-    cache = qwen3.KVCache(k=layer_kv, v=layer_kv,
-                          valid=jax.ShapeDtypeStruct((b, s), bool, sharding=sharding.batch_sharding(mesh)),
-                          next_pos=jax.ShapeDtypeStruct((b,), jnp.int32, sharding=row),
-                          index=jax.ShapeDtypeStruct((), jnp.int32, sharding=NamedSharding(mesh, PartitionSpec())))
+    layer_kv = tuple(
+        jax.ShapeDtypeStruct((b, config.num_key_value_heads, s, config.head_dim), jnp.bfloat16, sharding=kv_shard)
+        for _ in range(config.num_hidden_layers)
+    )
+    cache = qwen3.KVCache(
+        k=layer_kv,
+        v=layer_kv,
+        valid=jax.ShapeDtypeStruct((b, s), bool, sharding=sharding.batch_sharding(mesh)),
+        next_pos=jax.ShapeDtypeStruct((b,), jnp.int32, sharding=row),
+        index=jax.ShapeDtypeStruct((), jnp.int32, sharding=NamedSharding(mesh, PartitionSpec())),
+    )
     tok = jax.ShapeDtypeStruct((b, 1), jnp.int32, sharding=sharding.batch_sharding(mesh))
 
     # The step as the sampler's loop runs it (unrolled layers over per-layer weights), except that
@@ -133,11 +165,21 @@ def compile_decode(config, topo_name, axes):
         model = nnx.merge(graphdef, params)
         logits, cache = model(tok, jnp.ones(tok.shape, bool), cache=cache, layers=model.unstack_layers())
         return jnp.argmax(logits[:, -1], -1), cache
+
     abstract = jax.tree.map(lambda x, sh: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh), params, param_shardings)
     start = time.perf_counter()
     compiled = jax.jit(step, donate_argnums=(1,)).lower(abstract, cache, tok).compile()
-    return report(compiled, time.perf_counter() - start, topo, topo_name, axes, config, what="decode",
-                  decode_batch=b, decode_length=s)
+    return report(
+        compiled,
+        time.perf_counter() - start,
+        topo,
+        topo_name,
+        axes,
+        config,
+        what="decode",
+        decode_batch=b,
+        decode_length=s,
+    )
 
 
 def compile_one(config, topo_name, axes):
@@ -147,20 +189,35 @@ def compile_one(config, topo_name, axes):
     opt = optax.adamw(1e-6, weight_decay=0.01)
     opt_state = jax.eval_shape(opt.init, params)
     replicated = NamedSharding(mesh, PartitionSpec())
-    opt_shardings = optax.tree_map_params(opt, lambda _, s: s, opt_state, param_shardings,
-                                          transform_non_params=lambda _: replicated)
+    opt_shardings = optax.tree_map_params(
+        opt, lambda _, s: s, opt_state, param_shardings, transform_non_params=lambda _: replicated
+    )
     batch_shard = sharding.batch_sharding(mesh)
     ids = jax.ShapeDtypeStruct((FLAGS.batch, FLAGS.length + 1), jnp.int32, sharding=batch_shard)
     abstract = lambda tree, shards: jax.tree.map(  # noqa: E731
-        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shards)
-    step = jax.jit(train_step_fn(graphdef, opt), donate_argnums=(0, 1),
-                   out_shardings=(param_shardings, opt_shardings, replicated))
+        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shards
+    )
+    step = jax.jit(
+        train_step_fn(graphdef, opt), donate_argnums=(0, 1), out_shardings=(param_shardings, opt_shardings, replicated)
+    )
     start = time.perf_counter()
     compiled = step.lower(abstract(params, param_shardings), abstract(opt_state, opt_shardings), ids).compile()
     seconds = time.perf_counter() - start
     ref_bytes = 2 * qwen3.num_params(config) // len(topo.devices)  # a bf16 reference, fully sharded
-    return report(compiled, seconds, topo, topo_name, axes, config, what="train", ref_model_bytes=int(ref_bytes),
-                  batch=FLAGS.batch, length=FLAGS.length, remat=FLAGS.remat, attn_chunk=FLAGS.attn_chunk)
+    return report(
+        compiled,
+        seconds,
+        topo,
+        topo_name,
+        axes,
+        config,
+        what="train",
+        ref_model_bytes=int(ref_bytes),
+        batch=FLAGS.batch,
+        length=FLAGS.length,
+        remat=FLAGS.remat,
+        attn_chunk=FLAGS.attn_chunk,
+    )
 
 
 def main(argv):
@@ -174,8 +231,13 @@ def main(argv):
                 try:
                     row = fn(config, topo_name, axes)
                 except Exception as e:  # report and go on: one mesh failing says nothing of the others
-                    row = {"topology": topo_name, "mesh": axes, "what": what, "fits": False,
-                           "error": f"{type(e).__name__}: {str(e)[:300]}"}
+                    row = {
+                        "topology": topo_name,
+                        "mesh": axes,
+                        "what": what,
+                        "fits": False,
+                        "error": f"{type(e).__name__}: {str(e)[:300]}",
+                    }
                 print(json.dumps(row), flush=True)
 
 

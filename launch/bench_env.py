@@ -20,10 +20,12 @@ Prints one JSON object per line with `name`, `batch`, `ours_per_s`, `baseline`,
   generator, then the SAT solver from the lower bound up, no device bounds), against the
   pipelined CertifiedGenerator (device generation + bounds, SAT only for the rest, in a pool).
 """
+
 from __future__ import annotations
 
 if __name__ == "__main__":  # restart with the malloc tunable before jax loads: t2t_jax/hostenv.py
     from t2t_jax import hostenv
+
     hostenv.reexec_with_malloc_tunables()
 
 import json
@@ -50,14 +52,22 @@ flags.DEFINE_integer("repeats", 3, "Timed repeats (the best is kept).")
 flags.DEFINE_integer("horizon", 32, "Plan horizon for validation.")
 flags.DEFINE_bool("pogema", True, "Measure POGEMA (with --pogema_python).")
 flags.DEFINE_integer("certified_boards", 2048, "Boards for the end-to-end certified benchmark.")
-flags.DEFINE_string("pogema_python", os.path.expanduser("~/.cache/t2t_jax/pogema-venv/bin/python"),
-                    "A Python interpreter with pogema installed (see the module docstring); absent: skipped.")
+flags.DEFINE_string(
+    "pogema_python",
+    os.path.expanduser("~/.cache/t2t_jax/pogema-venv/bin/python"),
+    "A Python interpreter with pogema installed (see the module docstring); absent: skipped.",
+)
 
 CONFIGS = {
     "10x10_a5_h30": ([{"size": 10, "agents": 5, "hole_density": 0.3}], (10, 5, 0.3)),
     "10x10_a5_h50": ([{"size": 10, "agents": 5, "hole_density": 0.5}], (10, 5, 0.5)),
-    "mixed_3-10_a2-5_h0-50": ([{"size": [3, 5], "agents": [2, 3], "hole_density": [0.0, 0.5]},
-                               {"size": [6, 10], "agents": [2, 5], "hole_density": [0.0, 0.5]}], None),
+    "mixed_3-10_a2-5_h0-50": (
+        [
+            {"size": [3, 5], "agents": [2, 3], "hole_density": [0.0, 0.5]},
+            {"size": [6, 10], "agents": [2, 5], "hole_density": [0.0, 0.5]},
+        ],
+        None,
+    ),
 }
 
 POGEMA_SCRIPT = """
@@ -94,20 +104,38 @@ def per_board_rate(fn, n):
 
 
 def emit(name, batch, ours, baseline, base, **extra):
-    print(json.dumps({"name": name, "batch": batch, "ours_per_s": round(ours, 1), "baseline": baseline,
-                      "baseline_per_s": round(base, 1), "ratio": round(ours / base, 2), **extra}),
-          flush=True)
+    print(
+        json.dumps(
+            {
+                "name": name,
+                "batch": batch,
+                "ours_per_s": round(ours, 1),
+                "baseline": baseline,
+                "baseline_per_s": round(base, 1),
+                "ratio": round(ours / base, 2),
+                **extra,
+            }
+        ),
+        flush=True,
+    )
 
 
 def pogema_rate(size, agents, density, n):
     """Instances/s of POGEMA, or (None, reason)."""
     py = FLAGS.pogema_python
     if not os.path.exists(py):
-        return None, (f"--pogema_python {py} does not exist; make it with `python3 -m venv DIR && "
-                      "DIR/bin/pip install pogema==1.4.0` (launch/bench_env.py)")
+        return None, (
+            f"--pogema_python {py} does not exist; make it with `python3 -m venv DIR && "
+            "DIR/bin/pip install pogema==1.4.0` (launch/bench_env.py)"
+        )
     try:
-        out = subprocess.run([py, "-c", POGEMA_SCRIPT, str(size), str(agents), str(density), str(n)],
-                             check=True, capture_output=True, text=True, timeout=900)
+        out = subprocess.run(
+            [py, "-c", POGEMA_SCRIPT, str(size), str(agents), str(density), str(n)],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         return float(out.stdout.strip().splitlines()[-1]), None
     except (subprocess.SubprocessError, OSError, ValueError) as e:
         detail = getattr(e, "stderr", b"") or b""
@@ -117,6 +145,7 @@ def pogema_rate(size, agents, density, n):
 
 def bench_generation(batches):
     from gymnasium.envs.toy_text.frozen_lake import generate_random_map
+
     for name, (buckets, single) in CONFIGS.items():
         gen = Generator(make_config(buckets))
         key = jax.random.key(0)
@@ -125,15 +154,24 @@ def bench_generation(batches):
         if single is not None:
             size, agents, density = single
             rng = random.Random(0)
-            rows.append(("python_reference", per_board_rate(
-                lambda i: reference.generate(rng, size, agents, density), FLAGS.baseline_boards)))
-            rows.append(("gymnasium_generate_random_map", per_board_rate(
-                lambda i: generate_random_map(size, p=1 - density, seed=i), FLAGS.baseline_boards)))
+            rows.append(
+                (
+                    "python_reference",
+                    per_board_rate(lambda i: reference.generate(rng, size, agents, density), FLAGS.baseline_boards),
+                )
+            )
+            rows.append(
+                (
+                    "gymnasium_generate_random_map",
+                    per_board_rate(lambda i: generate_random_map(size, p=1 - density, seed=i), FLAGS.baseline_boards),
+                )
+            )
             if FLAGS.pogema:
                 rate, why = pogema_rate(size, agents, density, FLAGS.baseline_boards)
                 if rate is None:
-                    print(json.dumps({"name": f"generate_{name}", "baseline": "pogema_reset",
-                                      "skipped": why}), flush=True)
+                    print(
+                        json.dumps({"name": f"generate_{name}", "baseline": "pogema_reset", "skipped": why}), flush=True
+                    )
                 else:
                     rows.append(("pogema_reset", rate))
         else:
@@ -142,8 +180,8 @@ def bench_generation(batches):
 
             def mixed(i):
                 b = spec.buckets[rng.choices(range(len(spec.buckets)), spec.weights)[0]]
-                reference.generate(rng, rng.randint(*b.size), rng.randint(*b.agents),
-                                   rng.uniform(*b.hole_density))
+                reference.generate(rng, rng.randint(*b.size), rng.randint(*b.agents), rng.uniform(*b.hole_density))
+
             rows.append(("python_reference", per_board_rate(mixed, FLAGS.baseline_boards)))
         for batch in batches:
             for baseline, rate in rows:
@@ -160,9 +198,8 @@ def bench_validation(batches):
     actions = rng.integers(0, 5, (biggest, 5, FLAGS.horizon)).astype(np.int8)
     actions[np.arange(FLAGS.horizon)[None, None] >= lengths[..., None]] = 0
     plans = io.plans_from_lists(actions.tolist(), 5, FLAGS.horizon)
-    items = io.boards_to_json(jax.tree.map(lambda x: x[:FLAGS.baseline_boards], boards))
-    named = [[[ACTION_NAMES[a] for a in actions[i, j, :lengths[i, j]]] for j in range(5)]
-             for i in range(len(items))]
+    items = io.boards_to_json(jax.tree.map(lambda x: x[: FLAGS.baseline_boards], boards))
+    named = [[[ACTION_NAMES[a] for a in actions[i, j, : lengths[i, j]]] for j in range(5)] for i in range(len(items))]
     base = per_board_rate(lambda i: reference.simulate(items[i], named[i]), len(items))
     for batch in batches:
         sub_b = jax.tree.map(lambda x: x[:batch], boards)
@@ -184,9 +221,11 @@ def bench_distances(batches):
 
 
 def bench_certified():
-    buckets = [{"size": [3, 5], "agents": [2, 3], "hole_density": [0.0, 0.5]},
-               {"size": [6, 10], "agents": [2, 5], "hole_density": [0.0, 0.5]},
-               {"size": 10, "agents": 5, "hole_density": 0.5}]
+    buckets = [
+        {"size": [3, 5], "agents": [2, 3], "hole_density": [0.0, 0.5]},
+        {"size": [6, 10], "agents": [2, 5], "hole_density": [0.0, 0.5]},
+        {"size": 10, "agents": 5, "hole_density": 0.5},
+    ]
     config = make_config(buckets)
     num = FLAGS.certified_boards
     with solver.make_pool() as pool:
@@ -201,22 +240,38 @@ def bench_certified():
     def host_only(i):
         while True:
             b = config.buckets[rng.choices(range(len(buckets)), config.weights)[0]]
-            board = reference.generate(rng, rng.randint(*b.size), rng.randint(*b.agents),
-                                       rng.uniform(*b.hole_density))
+            board = reference.generate(rng, rng.randint(*b.size), rng.randint(*b.agents), rng.uniform(*b.hole_density))
             if solver.solve(board).optimal_makespan is not None:
                 return
+
     base = per_board_rate(host_only, max(FLAGS.baseline_boards // 3, 20))
-    emit("certified_mixed_3-10_a2-5_h0-50", num, ours, "host_only_python_sat", base,
-         device_fraction=round(stats["device_fraction"], 3),
-         solver_median_s=round(stats["solver_median_s"], 4), solver_p95_s=round(stats["solver_p95_s"], 4),
-         infeasible_fraction=round(stats["infeasible"] / stats["generated"], 4))
+    emit(
+        "certified_mixed_3-10_a2-5_h0-50",
+        num,
+        ours,
+        "host_only_python_sat",
+        base,
+        device_fraction=round(stats["device_fraction"], 3),
+        solver_median_s=round(stats["solver_median_s"], 4),
+        solver_p95_s=round(stats["solver_p95_s"], 4),
+        infeasible_fraction=round(stats["infeasible"] / stats["generated"], 4),
+    )
 
 
 def main(argv):
     del argv
     batches = [int(b) for b in FLAGS.batches]
-    print(json.dumps({"name": "platform", "backend": jax.default_backend(),
-                      "devices": len(jax.devices()), "cpus": os.cpu_count()}), flush=True)
+    print(
+        json.dumps(
+            {
+                "name": "platform",
+                "backend": jax.default_backend(),
+                "devices": len(jax.devices()),
+                "cpus": os.cpu_count(),
+            }
+        ),
+        flush=True,
+    )
     bench_generation(batches)
     bench_validation(batches)
     bench_distances(batches)

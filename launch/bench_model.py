@@ -12,14 +12,16 @@ and AdamW) against a PyTorch forward + backward of the same batch; and greedy de
 (`decode_*`: our Sampler against `transformers` `generate`, both producing exactly
 --new_tokens tokens per row). `grpo_shared_prompts_*` compares two of ours: the GRPO update
 with each group's prompt run once (`train.share_prompts`, the default) against every row run in
-full, on --shared_groups x --group_size rows (baseline `ours_every_row_in_full`). Each pair is timed alternately (`paired`), best of --repeats. Like
-every launcher it restarts itself with glibc's huge-page malloc tunable (t2t_jax/hostenv.py),
-which both frameworks then run under.
+full, on --shared_groups x --group_size rows (baseline `ours_every_row_in_full`). Each pair is
+timed alternately (`paired`), best of --repeats. Like every launcher it restarts itself with
+glibc's huge-page malloc tunable (t2t_jax/hostenv.py), which both frameworks then run under.
 """
+
 from __future__ import annotations
 
 if __name__ == "__main__":  # restart with the malloc tunable before jax loads: t2t_jax/hostenv.py
     from t2t_jax import hostenv
+
     hostenv.reexec_with_malloc_tunables()
 
 import json
@@ -63,8 +65,20 @@ def paired(ours, baseline, repeats):
 
 
 def emit(name, batch, ours, baseline, base, **extra):
-    print(json.dumps({"name": name, "batch": batch, "ours_per_s": round(ours, 1), "baseline": baseline,
-                      "baseline_per_s": round(base, 1), "ratio": round(ours / base, 2), **extra}), flush=True)
+    print(
+        json.dumps(
+            {
+                "name": name,
+                "batch": batch,
+                "ours_per_s": round(ours, 1),
+                "baseline": baseline,
+                "baseline_per_s": round(base, 1),
+                "ratio": round(ours / base, 2),
+                **extra,
+            }
+        ),
+        flush=True,
+    )
 
 
 def loss_fn(model, ids):
@@ -76,6 +90,7 @@ def loss_fn(model, ids):
 def bench_train(shape, batch, length):
     import torch
     import transformers
+
     config = qwen3.PRESETS[shape]
     ids = np.random.default_rng(0).integers(0, config.vocab_size, (batch, length + 1))
     with tempfile.TemporaryDirectory() as tmp:
@@ -91,22 +106,42 @@ def bench_train(shape, batch, length):
         out = ref(input_ids=t_ids[:, :-1], labels=None).logits
         loss = torch.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), t_ids[:, 1:].reshape(-1))
         loss.backward()
+
     ours, base = paired(lambda: jax.block_until_ready(step(model, x)), torch_step, FLAGS.repeats)
-    emit(f"train_step_{shape}", batch, batch * length / ours, "transformers_pytorch_cpu", batch * length / base,
-         length=length, params=qwen3.num_params(config), torch_threads=torch.get_num_threads(),
-         scan_layers=FLAGS.scan_layers)
+    emit(
+        f"train_step_{shape}",
+        batch,
+        batch * length / ours,
+        "transformers_pytorch_cpu",
+        batch * length / base,
+        length=length,
+        params=qwen3.num_params(config),
+        torch_threads=torch.get_num_threads(),
+        scan_layers=FLAGS.scan_layers,
+    )
 
 
 def grpo_settings(share_prompts: bool = False, group_size: int = 1):
     """The Trainer settings of the GRPO rows (dapo, no KL)."""
     import ml_collections as mlc
-    return mlc.ConfigDict(dict(
-        optim=dict(learning_rate=1e-6, warmup_steps=1, decay_steps=100, end_lr_fraction=0.1, b1=0.9, b2=0.99,
-                   weight_decay=0.0, max_grad_norm=1.0),
-        train=dict(micro_batches=1, max_bad_steps=5, logprob_chunk=256,
-                   share_prompts=share_prompts),
-        rollout=dict(temperature=1.0),
-        grpo=dict(loss_type="dapo", epsilon_low=0.2, epsilon_high=0.28, beta=0.0, group_size=group_size)))
+
+    return mlc.ConfigDict(
+        dict(
+            optim=dict(
+                learning_rate=1e-6,
+                warmup_steps=1,
+                decay_steps=100,
+                end_lr_fraction=0.1,
+                b1=0.9,
+                b2=0.99,
+                weight_decay=0.0,
+                max_grad_norm=1.0,
+            ),
+            train=dict(micro_batches=1, max_bad_steps=5, logprob_chunk=256, share_prompts=share_prompts),
+            rollout=dict(temperature=1.0),
+            grpo=dict(loss_type="dapo", epsilon_low=0.2, epsilon_high=0.28, beta=0.0, group_size=group_size),
+        )
+    )
 
 
 def bench_grpo(shape, batch, length):
@@ -115,14 +150,18 @@ def bench_grpo(shape, batch, length):
     import transformers
 
     from t2t_jax.rl.trainer import Trainer
+
     config = qwen3.PRESETS[shape]
     rng = np.random.default_rng(0)
     p, c = length // 2, length - length // 2
-    data = {"prompt_ids": rng.integers(0, config.vocab_size, (batch, p)).astype(np.int32),
-            "prompt_mask": np.ones((batch, p), bool),
-            "completion_ids": rng.integers(0, config.vocab_size, (batch, c)).astype(np.int32),
-            "completion_mask": np.ones((batch, c), bool), "advantages": rng.normal(size=batch).astype(np.float32),
-            "old_logps": -rng.uniform(5, 10, (batch, c)).astype(np.float32)}
+    data = {
+        "prompt_ids": rng.integers(0, config.vocab_size, (batch, p)).astype(np.int32),
+        "prompt_mask": np.ones((batch, p), bool),
+        "completion_ids": rng.integers(0, config.vocab_size, (batch, c)).astype(np.int32),
+        "completion_mask": np.ones((batch, c), bool),
+        "advantages": rng.normal(size=batch).astype(np.float32),
+        "old_logps": -rng.uniform(5, 10, (batch, c)).astype(np.float32),
+    }
     with tempfile.TemporaryDirectory() as tmp:
         qwen3.save_pretrained(qwen3.Qwen3(config, rngs=nnx.Rngs(0)), tmp)
         trainer = Trainer(qwen3.from_pretrained(tmp, scan_layers=FLAGS.scan_layers), grpo_settings())
@@ -133,16 +172,25 @@ def bench_grpo(shape, batch, length):
     def ours_step():
         state[0], metrics = trainer.update(state[0], batch_arrays)
         jax.block_until_ready(metrics["loss"])
+
     t_ids = torch.tensor(np.concatenate([data["prompt_ids"], data["completion_ids"]], 1), dtype=torch.long)
 
     def torch_step():
         ref.zero_grad(set_to_none=True)
-        logits = ref(input_ids=t_ids).logits[:, p - 1:-1]
+        logits = ref(input_ids=t_ids).logits[:, p - 1 : -1]
         logp = torch.log_softmax(logits.float(), -1).gather(-1, t_ids[:, p:, None])[..., 0]
         (-logp.mean()).backward()
+
     ours, base = paired(ours_step, torch_step, FLAGS.repeats)
-    emit(f"grpo_update_{shape}", batch, batch * length / ours, "transformers_pytorch_cpu_fwd_bwd",
-         batch * length / base, length=length, scan_layers=FLAGS.scan_layers)
+    emit(
+        f"grpo_update_{shape}",
+        batch,
+        batch * length / ours,
+        "transformers_pytorch_cpu_fwd_bwd",
+        batch * length / base,
+        length=length,
+        scan_layers=FLAGS.scan_layers,
+    )
 
 
 def bench_shared(shape):
@@ -150,15 +198,18 @@ def bench_shared(shape):
     run in full, on --shared_groups groups of --group_size samples: prompts of --length
     tokens (left-padded by up to a quarter), completions of --length / 2 (ending at random)."""
     from t2t_jax.rl.trainer import Trainer
+
     config, groups, g = qwen3.PRESETS[shape], FLAGS.shared_groups, FLAGS.group_size
     rng = np.random.default_rng(0)
     p, c, b = FLAGS.length, FLAGS.length // 2, FLAGS.shared_groups * FLAGS.group_size
     prompt_mask = np.arange(p)[None] >= rng.integers(0, p // 4, groups)[:, None]
-    data = {"prompt_ids": np.repeat(rng.integers(0, config.vocab_size, (groups, p)), g, 0).astype(np.int32),
-            "prompt_mask": np.repeat(prompt_mask, g, 0),
-            "completion_ids": rng.integers(0, config.vocab_size, (b, c)).astype(np.int32),
-            "completion_mask": np.arange(c)[None] < rng.integers(c // 4, c + 1, b)[:, None],
-            "advantages": rng.normal(size=b).astype(np.float32)}
+    data = {
+        "prompt_ids": np.repeat(rng.integers(0, config.vocab_size, (groups, p)), g, 0).astype(np.int32),
+        "prompt_mask": np.repeat(prompt_mask, g, 0),
+        "completion_ids": rng.integers(0, config.vocab_size, (b, c)).astype(np.int32),
+        "completion_mask": np.arange(c)[None] < rng.integers(c // 4, c + 1, b)[:, None],
+        "advantages": rng.normal(size=b).astype(np.float32),
+    }
     model = qwen3.Qwen3(config, scan_layers=FLAGS.scan_layers, rngs=nnx.Rngs(0))
     shared, full = Trainer(model, grpo_settings(True, g)), Trainer(model, grpo_settings(False, g))
     arrays = shared.shard(data)
@@ -168,11 +219,22 @@ def bench_shared(shape):
         def run():
             states[name], metrics = trainer.update(states[name], arrays)
             jax.block_until_ready(metrics["loss"])
+
         return run
+
     ours, base = paired(step("shared", shared), step("full", full), FLAGS.repeats)
     tokens = b * (p + c)
-    emit(f"grpo_shared_prompts_{shape}", b, tokens / ours, "ours_every_row_in_full", tokens / base,
-         groups=groups, group_size=g, prompt=p, completion=c)
+    emit(
+        f"grpo_shared_prompts_{shape}",
+        b,
+        tokens / ours,
+        "ours_every_row_in_full",
+        tokens / base,
+        groups=groups,
+        group_size=g,
+        prompt=p,
+        completion=c,
+    )
 
 
 def bench_decode(shape):
@@ -180,6 +242,7 @@ def bench_decode(shape):
     import transformers
 
     from t2t_jax.sampling import Sampler
+
     config = qwen3.PRESETS[shape]
     with tempfile.TemporaryDirectory() as tmp:
         qwen3.save_pretrained(qwen3.Qwen3(config, rngs=nnx.Rngs(0)), tmp)
@@ -194,21 +257,49 @@ def bench_decode(shape):
 
         def hf():
             with torch.no_grad():
-                ref.generate(input_ids=t_ids, attention_mask=t_mask, max_new_tokens=new, min_new_tokens=new,
-                             do_sample=False, pad_token_id=0, use_cache=True)
-        ours, base = paired(lambda: jax.block_until_ready(
-            sampler.generate(ids, mask, max_new_tokens=new).tokens), hf, FLAGS.repeats)
-        emit(f"decode_{shape}", batch, batch * new / ours, "transformers_generate_greedy", batch * new / base,
-             prompt=FLAGS.prompt, new_tokens=new)
+                ref.generate(
+                    input_ids=t_ids,
+                    attention_mask=t_mask,
+                    max_new_tokens=new,
+                    min_new_tokens=new,
+                    do_sample=False,
+                    pad_token_id=0,
+                    use_cache=True,
+                )
+
+        ours, base = paired(
+            lambda: jax.block_until_ready(sampler.generate(ids, mask, max_new_tokens=new).tokens), hf, FLAGS.repeats
+        )
+        emit(
+            f"decode_{shape}",
+            batch,
+            batch * new / ours,
+            "transformers_generate_greedy",
+            batch * new / base,
+            prompt=FLAGS.prompt,
+            new_tokens=new,
+        )
 
 
 def main(argv):
     del argv
-    print(json.dumps({"name": "platform", "backend": jax.default_backend(), "cpus": os.cpu_count(),
-                      "glibc_tunables": os.environ.get("GLIBC_TUNABLES", "")}), flush=True)
-    benches = {"train": lambda s: bench_train(s, FLAGS.batch, FLAGS.length),
-               "grpo": lambda s: bench_grpo(s, FLAGS.batch, FLAGS.length), "shared": bench_shared,
-               "decode": bench_decode}
+    print(
+        json.dumps(
+            {
+                "name": "platform",
+                "backend": jax.default_backend(),
+                "cpus": os.cpu_count(),
+                "glibc_tunables": os.environ.get("GLIBC_TUNABLES", ""),
+            }
+        ),
+        flush=True,
+    )
+    benches = {
+        "train": lambda s: bench_train(s, FLAGS.batch, FLAGS.length),
+        "grpo": lambda s: bench_grpo(s, FLAGS.batch, FLAGS.length),
+        "shared": bench_shared,
+        "decode": bench_decode,
+    }
     unknown = set(FLAGS.benches) - set(benches)
     if unknown:
         raise app.UsageError(f"--benches: unknown {sorted(unknown)}; known: {sorted(benches)}")

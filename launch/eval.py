@@ -9,8 +9,10 @@ ours, mean completion tokens per cell) and heatmap.png.
     python -m launch.eval --run=runs/default --per_cell=30 --samples=8 --temperature=0.7   # + avg@8, pass@8
     python -m launch.eval --hf=/ckpt/Qwen3-4B --enable_thinking --max_new_tokens=8192 --out=eval_base
 """
+
 if __name__ == "__main__":  # restart with the malloc tunable before jax loads: t2t_jax/hostenv.py
     from t2t_jax import hostenv
+
     hostenv.reexec_with_malloc_tunables()
 
 import json
@@ -27,8 +29,9 @@ _BATCH = flags.DEFINE_integer("batch_size", 64, "Boards per decode batch.")
 _THINKING = flags.DEFINE_bool("enable_thinking", False, "Thinking mode (for --hf).")
 _STYLE = flags.DEFINE_string("prompt_style", "full", "Prompt style for --hf (full or compact).")
 _LABEL = flags.DEFINE_string("label", "", "The row name of this model in the tables.")
-_SAMPLES = flags.DEFINE_integer("samples", 0, "k > 0: also k sampled completions per board (avg@k, pass@k).",
-                                lower_bound=0)
+_SAMPLES = flags.DEFINE_integer(
+    "samples", 0, "k > 0: also k sampled completions per board (avg@k, pass@k).", lower_bound=0
+)
 _TEMPERATURE = flags.DEFINE_float("temperature", 1.0, "Sampling temperature of --samples (> 0).")
 _TOP_P = flags.DEFINE_float("top_p", 1.0, "Nucleus of --samples, in (0, 1].")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the --samples draws.")
@@ -44,8 +47,10 @@ def main(argv):
         raise app.UsageError(f"--top_p {_TOP_P.value} must be in (0, 1]")
     logging.set_verbosity(logging.WARNING)
     from t2t_jax.evaluation import benchmark
+
     if _RUN.value:
         from t2t_jax.stages import StageRunner
+
         runner = StageRunner.from_workdir(_RUN.value)
         policy, params = runner.policy, runner.latest_params()
         budget = _MAX_NEW.value or runner.config.rollout.max_new_tokens
@@ -55,10 +60,12 @@ def main(argv):
         from t2t_jax.rl.rollout import Policy
         from t2t_jax.sampling import Sampler
         from t2t_jax.text.tokenizer import load_tokenizer, stop_ids
+
         tok = load_tokenizer(_HF.value)
         model = qwen3.from_pretrained(_HF.value)
-        policy = Policy(Sampler(model, stop_ids(tok), tok.pad_token_id), tok, enable_thinking=_THINKING.value,
-                        style=_STYLE.value)
+        policy = Policy(
+            Sampler(model, stop_ids(tok), tok.pad_token_id), tok, enable_thinking=_THINKING.value, style=_STYLE.value
+        )
         params, budget = None, _MAX_NEW.value or 4096
         name = os.path.basename(os.path.abspath(_HF.value))
         out, label = _OUT.value or f"eval_{name}", _LABEL.value or name
@@ -67,21 +74,41 @@ def main(argv):
     rollouts = benchmark.evaluate(policy, params, boards, **kw)
     sampled = None
     if _SAMPLES.value:
-        sampled = benchmark.evaluate(policy, params, boards, samples=_SAMPLES.value, temperature=_TEMPERATURE.value,
-                                     top_p=_TOP_P.value, seed=_SEED.value, desc=f"avg@{_SAMPLES.value}", **kw)
-    entry = benchmark.results_entry(label, rollouts, sampled, k=_SAMPLES.value, temperature=_TEMPERATURE.value,
-                                    top_p=_TOP_P.value)
+        sampled = benchmark.evaluate(
+            policy,
+            params,
+            boards,
+            samples=_SAMPLES.value,
+            temperature=_TEMPERATURE.value,
+            top_p=_TOP_P.value,
+            seed=_SEED.value,
+            desc=f"avg@{_SAMPLES.value}",
+            **kw,
+        )
+    entry = benchmark.results_entry(
+        label, rollouts, sampled, k=_SAMPLES.value, temperature=_TEMPERATURE.value, top_p=_TOP_P.value
+    )
     paths = benchmark.write_tables(out, entry, label=label)
-    summary = {"valid": entry["valid"], "optimal": entry["optimal"], "boards": entry["boards"],
-               "mean_tokens": entry["mean_tokens"]}
+    summary = {
+        "valid": entry["valid"],
+        "optimal": entry["optimal"],
+        "boards": entry["boards"],
+        "mean_tokens": entry["mean_tokens"],
+    }
     if sampled is not None:
         k = _SAMPLES.value
-        summary.update({f"avg@{k}_valid": entry["sampled"]["avg_valid"], f"pass@{k}_valid": entry["sampled"]["pass_valid"],
-                        f"avg@{k}_optimal": entry["sampled"]["avg_optimal"],
-                        f"pass@{k}_optimal": entry["sampled"]["pass_optimal"]})
+        summary.update(
+            {
+                f"avg@{k}_valid": entry["sampled"]["avg_valid"],
+                f"pass@{k}_valid": entry["sampled"]["pass_valid"],
+                f"avg@{k}_optimal": entry["sampled"]["avg_optimal"],
+                f"pass@{k}_optimal": entry["sampled"]["pass_optimal"],
+            }
+        )
     print(json.dumps({**summary, **paths}))
 
 
 if __name__ == "__main__":
     from t2t_jax import cli
+
     cli.run(main)

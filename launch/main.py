@@ -7,8 +7,10 @@ run's maths unless named in `--allow_changes`, one process per directory). An ex
 is one line and exit status 2 (`--debug`: the traceback). See t2t_jax/stages.py for what a run
 does and writes.
 """
+
 if __name__ == "__main__":  # restart with the malloc tunable before jax loads: t2t_jax/hostenv.py
     from t2t_jax import hostenv
+
     hostenv.reexec_with_malloc_tunables()
 
 from absl import flags, logging
@@ -19,8 +21,12 @@ from t2t_jax import cli
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/stage.py", "The run's config file.")
 _WORKDIR = flags.DEFINE_string("workdir", "runs/default", "Where checkpoints, logs and results go.")
 _RESUME = flags.DEFINE_bool("resume", False, "Continue the run in --workdir from its latest checkpoint.")
-_ALLOW = flags.DEFINE_list("allow_changes", [], "With --resume: config fields (or sections) of the run's maths "
-                           "that may differ from the run's; the changes are recorded in history.jsonl.")
+_ALLOW = flags.DEFINE_list(
+    "allow_changes",
+    [],
+    "With --resume: config fields (or sections) of the run's maths "
+    "that may differ from the run's; the changes are recorded in history.jsonl.",
+)
 _PROGRESS = flags.DEFINE_bool("progress", True, "Show progress bars.")
 
 
@@ -28,13 +34,15 @@ def main(argv):
     del argv
     if logging.get_verbosity() <= logging.INFO and not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO
-    from t2t_jax.config import schema
     from t2t_jax import rundir
+    from t2t_jax.config import schema
+
     schema.validate(_CONFIG.value)
     schema.check_inputs(_CONFIG.value)
     run = rundir.open_run(_WORKDIR.value, _CONFIG.value, resume=_RESUME.value, allow=_ALLOW.value)
     try:
         from t2t_jax.stages import StageRunner
+
         results = StageRunner(_CONFIG.value, _WORKDIR.value, progress=_PROGRESS.value).run(resume=_RESUME.value)
     except BaseException as e:
         run.close(failed=not isinstance(e, SystemExit) or e.code not in (0, None))
@@ -46,18 +54,24 @@ def main(argv):
 def report(results) -> None:
     """The evaluation points and the last point's paired comparisons with the first."""
     for r in results:
-        print(f"{r['point']:>12}: valid {r['valid']:.3f}  optimal {r['optimal']:.3f}  ({r['boards']} boards)"
-              + (f"  monitor avg@{r['monitor']['k']} valid {r['monitor']['avg_valid']:.3f}" if "monitor" in r else ""))
+        print(
+            f"{r['point']:>12}: valid {r['valid']:.3f}  optimal {r['optimal']:.3f}  ({r['boards']} boards)"
+            + (f"  monitor avg@{r['monitor']['k']} valid {r['monitor']['avg_valid']:.3f}" if "monitor" in r else "")
+        )
     last = results[-1]
     if "vs_first" in last:
         d = last["vs_first"]
-        print(f"benchmark, {last['point']} vs {d['against']} on the same {last['boards']} boards (greedy): "
-              f"{d['gained']} gained, {d['lost']} lost, valid {d.get('diff', 0):+.4f} {d.get('ci95', '')} "
-              f"(exact McNemar p = {d.get('p_value', float('nan')):.3f})")
+        print(
+            f"benchmark, {last['point']} vs {d['against']} on the same {last['boards']} boards (greedy): "
+            f"{d['gained']} gained, {d['lost']} lost, valid {d.get('diff', 0):+.4f} {d.get('ci95', '')} "
+            f"(exact McNemar p = {d.get('p_value', float('nan')):.3f})"
+        )
     if "monitor_vs_first" in last:
         d, m = last["monitor_vs_first"], last["monitor"]
-        print(f"monitor, {last['point']} vs {d['against']} on the same {d['boards']} boards (avg@{m['k']} valid at "
-              f"T={m['temperature']}): {d['diff']:+.4f}, 95% CI {d['ci95']} (paired permutation p = {d['p_value']:.4f})")
+        print(
+            f"monitor, {last['point']} vs {d['against']} on the same {d['boards']} boards (avg@{m['k']} valid at "
+            f"T={m['temperature']}): {d['diff']:+.4f}, 95% CI {d['ci95']} (paired permutation p = {d['p_value']:.4f})"
+        )
     print(f"results: {_WORKDIR.value}/results.json, {_WORKDIR.value}/results_table.md")
 
 

@@ -10,15 +10,18 @@
 
 `--config` is a JSON file or inline JSON (see t2t_jax/env/config.py). A plans file has one JSON
 object per line with a "text" field holding the plan text (`Agent 0: LEFT DOWN`), in the order
-of the boards (optionally `"truncated": true`), read by t2t_jax.text.parsing. `validate` prints one JSON verdict per line; `stats` one JSON object per bucket;
-`solve` one JSON object per board with `optimal_makespan`, `lower_bound` and `plan`.
+of the boards (optionally `"truncated": true`), read by t2t_jax.text.parsing. `validate` prints one JSON verdict
+per line; `stats` one JSON object per bucket; `solve` one JSON object per board with
+`optimal_makespan`, `lower_bound` and `plan`.
 `generate` certifies every board (optimal_makespan and the witness `plan`) unless
 `--certify=false`; infeasible boards are replaced.
 """
+
 from __future__ import annotations
 
 if __name__ == "__main__":  # restart with the malloc tunable before jax loads: t2t_jax/hostenv.py
     from t2t_jax import hostenv
+
     hostenv.reexec_with_malloc_tunables()
 
 import json
@@ -35,8 +38,9 @@ from t2t_jax.env.config import ConfigError, load_config
 from t2t_jax.env.generator import CORRIDORS, LINE, Generator
 from t2t_jax.env.types import ParseStatus
 from t2t_jax.env.validator import validate
+from t2t_jax.evaluation.sets import SETS
+from t2t_jax.evaluation.sets import write as write_set
 from t2t_jax.text.parsing import parse_completions
-from t2t_jax.evaluation.sets import SETS, write as write_set
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("config", None, "EnvConfig: a JSON file or inline JSON.")
@@ -50,8 +54,7 @@ flags.DEFINE_integer("limit", 0, "Boards to show (0 = all).", lower_bound=0)
 flags.DEFINE_integer("max_size", 10, "Padded grid side when reading boards.", lower_bound=3, upper_bound=31)
 flags.DEFINE_integer("max_agents", 5, "Padded agent slots when reading boards.", lower_bound=1, upper_bound=16)
 flags.DEFINE_bool("certify", True, "generate: certify optimal makespans (and drop infeasible boards).")
-flags.DEFINE_integer("horizon", 64, "Longest plan searched when certifying / solving.", lower_bound=1,
-                     upper_bound=1024)
+flags.DEFINE_integer("horizon", 64, "Longest plan searched when certifying / solving.", lower_bound=1, upper_bound=1024)
 flags.DEFINE_integer("workers", 0, "Solver processes (0 = one per CPU).", lower_bound=0)
 flags.DEFINE_list("sets", list(SETS), "build_sets: which eval sets.")
 
@@ -105,12 +108,20 @@ def cmd_solve():
     items = io.read_jsonl(_require("boards"))
     io.boards_from_json(items, FLAGS.max_size, FLAGS.max_agents)  # checks every board
     with solver.make_pool(FLAGS.workers or None) as pool:
-        solutions = solver.solve_many([(b, None) for b in tqdm(items, desc="solve", unit="board")],
-                                      pool, max_makespan=FLAGS.horizon)
+        solutions = solver.solve_many(
+            [(b, None) for b in tqdm(items, desc="solve", unit="board")], pool, max_makespan=FLAGS.horizon
+        )
     for sol in solutions:
-        print(json.dumps({"optimal_makespan": sol.optimal_makespan, "lower_bound": sol.lower_bound,
-                          "plan": io.plan_to_text(sol.plan) if sol.plan is not None else None,
-                          "seconds": round(sol.seconds, 4)}))
+        print(
+            json.dumps(
+                {
+                    "optimal_makespan": sol.optimal_makespan,
+                    "lower_bound": sol.lower_bound,
+                    "plan": io.plan_to_text(sol.plan) if sol.plan is not None else None,
+                    "seconds": round(sol.seconds, 4),
+                }
+            )
+        )
 
 
 def cmd_build_sets():
@@ -130,19 +141,20 @@ def cmd_validate():
     texts = [p.get("text", "") for p in plan_items]
     num_agents = [len(b["starts"]) for b in items]
     horizon = max(16, 1 << (max(len(t.split()) for t in texts + [""]) or 1).bit_length())
-    plans = parse_completions(texts, num_agents, FLAGS.max_agents, horizon,
-                              truncated=[bool(p.get("truncated", False)) for p in plan_items])
+    plans = parse_completions(
+        texts, num_agents, FLAGS.max_agents, horizon, truncated=[bool(p.get("truncated", False)) for p in plan_items]
+    )
     verdicts = validate(boards, plans)
     for i, item in enumerate(items):
         v = io.verdict_to_json(verdicts, i)
-        v["goal_reached"] = v["goal_reached"][:len(item["starts"])]
+        v["goal_reached"] = v["goal_reached"][: len(item["starts"])]
         v["parse_status"] = ParseStatus(int(plans.parse_status[i])).name.lower()
         print(json.dumps(v))
 
 
 def cmd_show():
     items = io.read_jsonl(_require("boards"))
-    for i, item in enumerate(items[:FLAGS.limit or None]):
+    for i, item in enumerate(items[: FLAGS.limit or None]):
         extra = {k: item[k] for k in ("bucket", "lower_bound", "optimal_makespan") if k in item}
         print(f"# board {i} {json.dumps(extra)}\n{io.board_text(item)}\n")
 
@@ -155,16 +167,24 @@ def cmd_stats():
         sel = bucket == j
         n = int(sel.sum())
         density = [len(b["holes"]) / b["size"] ** 2 for b, s in zip(boards, sel) if s]
-        print(json.dumps({
-            "bucket": j, "spec": spec.to_json(), "boards": n,
-            "share": n / max(len(boards), 1),
-            "first_candidate": float(np.mean(source[sel] == 0)) if n else None,
-            "candidates": float(np.mean(source[sel] >= 0)) if n else None,
-            "corridors": float(np.mean(source[sel] == CORRIDORS)) if n else None,
-            "line": float(np.mean(source[sel] == LINE)) if n else None,
-            "mean_density": float(np.mean(density)) if n else None,
-            "mean_lower_bound": float(np.mean([b["lower_bound"] for b, s in zip(boards, sel) if s])) if n else None,
-        }))
+        print(
+            json.dumps(
+                {
+                    "bucket": j,
+                    "spec": spec.to_json(),
+                    "boards": n,
+                    "share": n / max(len(boards), 1),
+                    "first_candidate": float(np.mean(source[sel] == 0)) if n else None,
+                    "candidates": float(np.mean(source[sel] >= 0)) if n else None,
+                    "corridors": float(np.mean(source[sel] == CORRIDORS)) if n else None,
+                    "line": float(np.mean(source[sel] == LINE)) if n else None,
+                    "mean_density": float(np.mean(density)) if n else None,
+                    "mean_lower_bound": float(np.mean([b["lower_bound"] for b, s in zip(boards, sel) if s]))
+                    if n
+                    else None,
+                }
+            )
+        )
 
 
 def cmd_render():
@@ -174,10 +194,10 @@ def cmd_render():
 
     from t2t_jax.render import board_image, boards_grid, save_gif
     from t2t_jax.text.parsing import parse_completion
-    items = io.read_jsonl(_require("boards"))[:FLAGS.limit or None]
+
+    items = io.read_jsonl(_require("boards"))[: FLAGS.limit or None]
     io.boards_from_json(items, FLAGS.max_size, FLAGS.max_agents)  # checks every board
-    texts = [p.get("text", "") for p in io.read_jsonl(FLAGS.plans)] if FLAGS.plans else \
-        [b.get("plan") for b in items]
+    texts = [p.get("text", "") for p in io.read_jsonl(FLAGS.plans)] if FLAGS.plans else [b.get("plan") for b in items]
     out = _require("out")
     os.makedirs(out, exist_ok=True)
     for i, board in enumerate(items):
@@ -201,4 +221,5 @@ def main(argv):
 
 if __name__ == "__main__":
     from t2t_jax import cli
+
     cli.run(main)

@@ -12,6 +12,7 @@ end DIR/study.{md,csv,json} hold the arms' means over seeds and the paired tests
 (t2t_jax/evaluation/study.py). Arms: grpo (the config as given), shuffle (grpo.control=shuffle),
 self, fixed, random, frontier, learnability (engineer.kind), or name:key=value+key=value.
 """
+
 import json
 import os
 import shutil
@@ -40,6 +41,7 @@ def finished(workdir: str) -> bool:
     """A run is finished when its results.json ends with the last stage of its config (config.json
     with its resumes' changes)."""
     from t2t_jax import rundir
+
     try:
         stages = rundir.current_config(workdir)["stages"]
         with open(os.path.join(workdir, "results.json")) as f:
@@ -53,6 +55,7 @@ def run_config(argv: list[str]):
     """The config one run's command line gives (its --config and --config.key=value flags)."""
     from absl import flags as absl_flags
     from ml_collections import config_flags
+
     argv = ["launch.main", *[a for a in argv if a.startswith("--config")]]
     values = absl_flags.FlagValues()
     config_flags.DEFINE_config_file("config", None, "", flag_values=values, sys_argv=argv)
@@ -73,11 +76,12 @@ def run(cmd: list[str], log: str, label: str) -> None:
 
 def main(argv):
     from t2t_jax.evaluation import study
+
     try:
         arms = study.parse_arms(_ARMS.value)
         seeds = [int(s) for s in _SEEDS.value]
     except ValueError as e:
-        raise app.UsageError(str(e))
+        raise app.UsageError(str(e)) from None
     reference = _REFERENCE.value or next(iter(arms))
     if reference not in arms:
         raise app.UsageError(f"--reference: {reference!r} is not one of the arms {list(arms)}")
@@ -86,17 +90,40 @@ def main(argv):
     base = [sys.executable, "-m", "launch.main", f"--config={_CONFIG.value}", "--noprogress"]
     # The warm starts first, then arm by arm, so that a study stopped part-way holds whole arms.
     warm = {s: os.path.join(root, "warm_start", f"seed_{s}") for s in seeds}
-    plan = [("warm_start", s, warm[s], None, base + [f"--workdir={warm[s]}", f"--config.seed={s}", *common,
-                                                     "--config.stages=0"]) for s in seeds]
+    plan = [
+        (
+            "warm_start",
+            s,
+            warm[s],
+            None,
+            base + [f"--workdir={warm[s]}", f"--config.seed={s}", *common, "--config.stages=0"],
+        )
+        for s in seeds
+    ]
     for arm, overrides in arms.items():
         # The arm's own fields may differ from the warm start's (recorded in the run's history.jsonl).
         allow = [f"--allow_changes={','.join(o.split('=', 1)[0] for o in overrides)}"] if overrides else []
         for s in seeds:
             workdir = os.path.join(root, arm, f"seed_{s}")
-            plan.append((arm, s, workdir, warm[s], base + [f"--workdir={workdir}", "--resume", *allow,
-                                                           f"--config.seed={s}", *common,
-                                                           *(f"--config.{o}" for o in overrides)]))
+            plan.append(
+                (
+                    arm,
+                    s,
+                    workdir,
+                    warm[s],
+                    base
+                    + [
+                        f"--workdir={workdir}",
+                        "--resume",
+                        *allow,
+                        f"--config.seed={s}",
+                        *common,
+                        *(f"--config.{o}" for o in overrides),
+                    ],
+                )
+            )
     from t2t_jax.config import schema
+
     for arm, s, _, _, cmd in plan:  # every run's config, checked before any work
         try:
             schema.validate(run_config(cmd))
@@ -137,4 +164,5 @@ def parse_flags(argv):
 
 if __name__ == "__main__":
     from t2t_jax import cli
+
     cli.run(main, flags_parser=parse_flags)

@@ -19,6 +19,7 @@ steps in turn: a step whose files are missing, truncated or changed is moved asi
 tried; none intact is a `CheckpointError`. (A step written before checksums existed is
 trusted as it is.)
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -82,8 +83,7 @@ class Checkpointer:
 
     def __init__(self, directory: str, keep: int = 3):
         self.directory = os.path.abspath(directory)
-        options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
-                                               enable_async_checkpointing=False)
+        options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True, enable_async_checkpointing=False)
         self.manager = ocp.CheckpointManager(self.directory, options=options)
 
     def save(self, step: int, state, meta: dict) -> None:
@@ -91,8 +91,9 @@ class Checkpointer:
         checksums (an existing checkpoint at `step` is kept, not rewritten)."""
         if step in self.manager.all_steps():
             return
-        self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                                        meta=ocp.args.JsonSave(meta)), force=True)
+        self.manager.save(
+            step, args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)), force=True
+        )
         self.manager.wait_until_finished()
         if jax.process_index() == 0:
             step_dir = self._step_dir(step)
@@ -121,8 +122,12 @@ class Checkpointer:
             problem = verify(self._step_dir(step))
             if problem is None:
                 if problems:
-                    print(f"warning: restoring checkpoint {step} of {self.directory}; newer ones were corrupt: "
-                          + "; ".join(problems), file=sys.stderr, flush=True)
+                    print(
+                        f"warning: restoring checkpoint {step} of {self.directory}; newer ones were corrupt: "
+                        + "; ".join(problems),
+                        file=sys.stderr,
+                        flush=True,
+                    )
                 return step
             problems.append(f"{step}: {problem}")
             if jax.process_index() == 0:
@@ -132,8 +137,10 @@ class Checkpointer:
                 shutil.move(self._step_dir(step), aside)
             self.manager.reload()
         if problems:
-            raise CheckpointError(f"no intact checkpoint under {self.directory} (moved aside to "
-                                  f"corrupt_checkpoints/): " + "; ".join(problems))
+            raise CheckpointError(
+                f"no intact checkpoint under {self.directory} (moved aside to "
+                f"corrupt_checkpoints/): " + "; ".join(problems)
+            )
         return None
 
     def meta(self, step: int) -> dict:
@@ -143,8 +150,9 @@ class Checkpointer:
     def restore(self, step: int, like):
         """-> (state shaped and sharded like `like`, meta dict) of checkpoint `step`."""
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
-        out = self.manager.restore(step, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
+        out = self.manager.restore(
+            step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore())
+        )
         return out["state"], out["meta"]
 
     def close(self) -> None:

@@ -5,6 +5,7 @@ that refuses, a checkpoint that cannot be restored) print as one line, `error: .
 having written nothing; `--debug` re-raises them with the traceback. Ctrl-C exits 130 without
 a traceback. Anything else is a bug and keeps its traceback.
 """
+
 from __future__ import annotations
 
 import json
@@ -14,11 +15,22 @@ from absl import app, flags
 
 from t2t_jax.errors import UserError
 
-_DEBUG = flags.DEFINE_bool("debug", False, "Show the traceback of an expected error (config, files, run "
-                           "directory, checkpoints) instead of one line.")
+_DEBUG = flags.DEFINE_bool(
+    "debug",
+    False,
+    "Show the traceback of an expected error (config, files, run directory, checkpoints) instead of one line.",
+)
 
-EXPECTED = (UserError, FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError,
-            PermissionError, json.JSONDecodeError, app.UsageError)
+EXPECTED = (
+    UserError,
+    FileNotFoundError,
+    FileExistsError,
+    NotADirectoryError,
+    IsADirectoryError,
+    PermissionError,
+    json.JSONDecodeError,
+    app.UsageError,
+)
 
 
 def fail(message: str, code: int = 2):
@@ -29,6 +41,7 @@ def fail(message: str, code: int = 2):
 
 def guarded(main):
     """`main` with the expected errors as one line (see the module docstring)."""
+
     def wrapped(argv):
         try:
             return main(argv)
@@ -39,6 +52,7 @@ def guarded(main):
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr, flush=True)
             sys.exit(130)
+
     return wrapped
 
 

@@ -9,6 +9,7 @@ tiny SFT step 0.49 -> 0.35 s). Tunables are read once at process start, so the l
 `reexec_with_malloc_tunables()` before anything else and restart themselves once with the
 tunable set; `T2T_JAX_REEXEC=0` turns that off (an older glibc ignores the tunable).
 """
+
 from __future__ import annotations
 
 import os

@@ -10,11 +10,12 @@ No TensorFlow needed: events are `tensorboard.compat.proto` protobufs written by
 `EventFileWriter`, read back in the tests with TensorBoard's `EventAccumulator`. Only process 0
 of a multi-host run writes.
 """
+
 from __future__ import annotations
 
 import io
 import time
-from typing import Mapping
+from collections.abc import Mapping
 
 import jax
 from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2
@@ -31,8 +32,7 @@ class SummaryWriter:
 
     def _add(self, step: int, value: summary_pb2.Summary.Value) -> None:
         if self.active:
-            event = event_pb2.Event(wall_time=time.time(), step=int(step),
-                                    summary=summary_pb2.Summary(value=[value]))
+            event = event_pb2.Event(wall_time=time.time(), step=int(step), summary=summary_pb2.Summary(value=[value]))
             self._writer.add_event(event)
 
     def scalars(self, step: int, values: Mapping[str, float]) -> None:
@@ -40,8 +40,11 @@ class SummaryWriter:
             self._add(step, summary_pb2.Summary.Value(tag=tag, simple_value=float(v)))
 
     def text(self, step: int, tag: str, text: str) -> None:
-        tensor = tensor_pb2.TensorProto(dtype=7, string_val=[text.encode()],  # 7: DT_STRING
-                                        tensor_shape=tensor_shape_pb2.TensorShapeProto())
+        tensor = tensor_pb2.TensorProto(
+            dtype=7,
+            string_val=[text.encode()],  # 7: DT_STRING
+            tensor_shape=tensor_shape_pb2.TensorShapeProto(),
+        )
         meta = text_metadata.create_summary_metadata(display_name=tag, description="")
         self._add(step, summary_pb2.Summary.Value(tag=tag, metadata=meta, tensor=tensor))
 
@@ -50,8 +53,9 @@ class SummaryWriter:
         buf = io.BytesIO()
         image.save(buf, format="PNG")
         w, h = image.size
-        img = summary_pb2.Summary.Image(height=h, width=w, colorspace=len(image.getbands()),
-                                        encoded_image_string=buf.getvalue())
+        img = summary_pb2.Summary.Image(
+            height=h, width=w, colorspace=len(image.getbands()), encoded_image_string=buf.getvalue()
+        )
         self._add(step, summary_pb2.Summary.Value(tag=tag, image=img))
 
     def flush(self) -> None:
@@ -61,4 +65,3 @@ class SummaryWriter:
     def close(self) -> None:
         if self.active:
             self._writer.close()
-

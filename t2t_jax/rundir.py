@@ -13,6 +13,7 @@
 - A lock (`flock` on `.lock`, released by the kernel when the process dies) refuses a second
   process on the same directory at once.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -76,6 +77,7 @@ def read_history(workdir: str) -> list[dict]:
 class Run:
     """An opened run directory: `close(failed=True)` after a fresh start that failed before its
     first checkpoint removes what the start wrote (a corrected command can then start afresh)."""
+
     workdir: str
     lock: object | None
     fresh: bool = False
@@ -112,8 +114,10 @@ def _lock(workdir: str):
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         f.close()
-        raise RunDirError(f"{workdir} is in use by another process (its lock {LOCK} is held); wait for it "
-                          "to finish or choose another --workdir") from None
+        raise RunDirError(
+            f"{workdir} is in use by another process (its lock {LOCK} is held); wait for it "
+            "to finish or choose another --workdir"
+        ) from None
     return f
 
 
@@ -122,8 +126,11 @@ def open_run(workdir: str, config, resume: bool = False, allow=()) -> Run:
     workdir = os.path.abspath(workdir)
     given = config.to_dict() if hasattr(config, "to_dict") else dict(config)
     allow = tuple(a for a in allow if a)
-    unknown = [a for a in allow if a not in schema.leaves(given) and not any(
-        k.startswith(a + ".") for k in schema.leaves(given))]
+    unknown = [
+        a
+        for a in allow
+        if a not in schema.leaves(given) and not any(k.startswith(a + ".") for k in schema.leaves(given))
+    ]
     if unknown:
         raise RunDirError(f"--allow_changes: {unknown[0]!r} is not a config field")
     if jax.process_index() != 0:  # (other hosts read the directory; process 0 owns it)
@@ -132,8 +139,10 @@ def open_run(workdir: str, config, resume: bool = False, allow=()) -> Run:
         if allow:
             raise RunDirError("--allow_changes: only with --resume")
         if os.path.exists(workdir) and [n for n in os.listdir(workdir) if n != LOCK]:
-            raise RunDirError(f"{workdir} already holds a run ({', '.join(sorted(os.listdir(workdir))[:4])}): "
-                              "pass --resume to continue it, or choose another --workdir")
+            raise RunDirError(
+                f"{workdir} already holds a run ({', '.join(sorted(os.listdir(workdir))[:4])}): "
+                "pass --resume to continue it, or choose another --workdir"
+            )
         made = not os.path.exists(workdir)
         os.makedirs(workdir, exist_ok=True)
         run = Run(workdir, _lock(workdir), fresh=True, made_dir=made)
@@ -147,17 +156,26 @@ def open_run(workdir: str, config, resume: bool = False, allow=()) -> Run:
     run = Run(workdir, _lock(workdir))
     try:
         diff = changes(current_config(workdir), given)
-        refused = {k: v for k, v in diff.items() if is_math(k) and not any(k == a or k.startswith(a + ".")
-                                                                         for a in allow)}
+        refused = {
+            k: v for k, v in diff.items() if is_math(k) and not any(k == a or k.startswith(a + ".") for a in allow)
+        }
         if refused:
             listed = "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in refused.items())
-            raise RunDirError(f"--resume changes the run's maths: {listed}. Resume with the run's own values "
-                              f"(its {CONFIG} and {HISTORY}), or name the fields in --allow_changes="
-                              f"{','.join(refused)}")
+            raise RunDirError(
+                f"--resume changes the run's maths: {listed}. Resume with the run's own values "
+                f"(its {CONFIG} and {HISTORY}), or name the fields in --allow_changes="
+                f"{','.join(refused)}"
+            )
         if diff:
-            append_jsonl(os.path.join(workdir, HISTORY),
-                            {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "event": "resume", "changes": diff,
-                             "allowed": sorted(a for a in allow)})
+            append_jsonl(
+                os.path.join(workdir, HISTORY),
+                {
+                    "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                    "event": "resume",
+                    "changes": diff,
+                    "allowed": sorted(a for a in allow),
+                },
+            )
     except BaseException:
         run.close()
         raise

@@ -6,6 +6,7 @@ axes (`embed`, `q_heads`, `kv_heads`, `mlp`, `vocab`, `layers`, `head_dim`, `bat
 map each logical axis to mesh axes (or None: replicated). A rule whose mesh axes do not divide
 the dimension falls back to replication for that dimension.
 """
+
 from __future__ import annotations
 
 import math
@@ -42,8 +43,7 @@ def make_mesh(axes: dict[str, int], devices=None) -> Mesh:
             raise ValueError(f"mesh: {len(devices)} devices do not divide by {known}")
         sizes[free[0]] = len(devices) // known
     if math.prod(sizes.values()) != len(devices):
-        raise ValueError(f"mesh: axes {sizes} need {math.prod(sizes.values())} devices, "
-                         f"{len(devices)} available")
+        raise ValueError(f"mesh: axes {sizes} need {math.prod(sizes.values())} devices, {len(devices)} available")
     return Mesh(np.array(devices).reshape(tuple(sizes.values())), tuple(sizes))
 
 
@@ -80,10 +80,12 @@ def shard_model(model, mesh: Mesh, rules=None):
     process must hold the same values (same seed or checkpoint); it places only its own shards,
     so this works multi-host."""
     from t2t_jax.models.qwen3.params import named_params
+
     for name, param in named_params(model).items():
         host = np.asarray(param.value)
         param.value = jax.make_array_from_callback(
-            host.shape, param_sharding(name, host.shape, mesh, rules), lambda idx, h=host: h[idx])
+            host.shape, param_sharding(name, host.shape, mesh, rules), lambda idx, h=host: h[idx]
+        )
     return model
 
 

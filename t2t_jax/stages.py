@@ -15,6 +15,7 @@ parameters as one that was never interrupted. SIGTERM (preemption) saves and exi
 Writes under `workdir`: checkpoints/, tb/ (TensorBoard), proposals.jsonl, results.json, and at
 the end results_table.{md,csv,json} and heatmap.png.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,7 +29,7 @@ import numpy as np
 from flax import nnx
 
 from t2t_jax import sharding as shd
-from t2t_jax.checkpoint import CheckpointError, Checkpointer
+from t2t_jax.checkpoint import Checkpointer, CheckpointError
 from t2t_jax.engineer.context import build_account
 from t2t_jax.engineer.engineer import Engineer
 from t2t_jax.env import io
@@ -54,9 +55,15 @@ def setup_distributed(config) -> None:
     process id from the config, or auto-detected on TPU pods / SLURM when left empty)."""
     if not config.enabled:
         return
-    kwargs = {k: v for k, v in (("coordinator_address", config.coordinator_address),
-                                ("num_processes", config.num_processes),
-                                ("process_id", config.process_id)) if v not in (None, "", -1)}
+    kwargs = {
+        k: v
+        for k, v in (
+            ("coordinator_address", config.coordinator_address),
+            ("num_processes", config.num_processes),
+            ("process_id", config.process_id),
+        )
+        if v not in (None, "", -1)
+    }
     jax.distributed.initialize(**kwargs)
 
 
@@ -74,12 +81,14 @@ def setup_compilation_cache(path: str) -> None:
 def build_model(config, mesh):
     """The policy: a local HF checkpoint, or a preset with fresh weights."""
     dtype = jnp.dtype(config.model.dtype)
-    kw = dict(remat=config.model.remat, attn_chunk=config.model.attn_chunk,
-              scan_layers=config.model.get("scan_layers", True))  # (absent in older runs' config.json)
+    kw = dict(
+        remat=config.model.remat, attn_chunk=config.model.attn_chunk, scan_layers=config.model.get("scan_layers", True)
+    )  # (absent in older runs' config.json)
     if config.model.checkpoint:
         return qwen3.from_pretrained(config.model.checkpoint, dtype=dtype, mesh=mesh, **kw)
-    model = qwen3.Qwen3(qwen3.PRESETS[config.model.preset], dtype=dtype, param_dtype=dtype,
-                        rngs=nnx.Rngs(config.seed), **kw)
+    model = qwen3.Qwen3(
+        qwen3.PRESETS[config.model.preset], dtype=dtype, param_dtype=dtype, rngs=nnx.Rngs(config.seed), **kw
+    )
     return shd.shard_model(model, mesh) if mesh is not None else model
 
 
@@ -94,6 +103,7 @@ def check_config(c) -> None:
     work; ConfigError names the field (a config.json of a run begun before a field existed
     lacks it, and reads as its old behaviour)."""
     from t2t_jax.config import schema
+
     schema.validate(c)
 
 
@@ -111,11 +121,19 @@ class StageRunner:
         self.model = build_model(c, self.mesh)
         sampler = Sampler(self.model, stop_ids(self.tokenizer), self.tokenizer.pad_token_id)
         self.first = first = EnvConfig.from_json(c.env.initial)
-        self.policy = Policy(sampler, self.tokenizer, first.max_size, first.max_agents, c.env.horizon,
-                             c.rollout.enable_thinking, c.rollout.prompt_style)
+        self.policy = Policy(
+            sampler,
+            self.tokenizer,
+            first.max_size,
+            first.max_agents,
+            c.env.horizon,
+            c.rollout.enable_thinking,
+            c.rollout.prompt_style,
+        )
         sft_optim = c.optim.copy_and_resolve_references()
-        sft_optim.update(learning_rate=c.sft.learning_rate, warmup_steps=c.sft.warmup_steps,
-                         decay_steps=max(c.sft.steps, 1))
+        sft_optim.update(
+            learning_rate=c.sft.learning_rate, warmup_steps=c.sft.warmup_steps, decay_steps=max(c.sft.steps, 1)
+        )
         self.sft_trainer = Trainer(self.model, c, loss="sft", mesh=self.mesh, optim=sft_optim)
         self.trainer = Trainer(self.model, c, loss="grpo", mesh=self.mesh)
         self.engineer = Engineer(c.engineer, self.policy, base_params=self.trainer.initial_params, seed=c.seed)
@@ -131,11 +149,13 @@ class StageRunner:
         return self._writer
 
     @classmethod
-    def from_workdir(cls, workdir: str, progress: bool = False) -> "StageRunner":
+    def from_workdir(cls, workdir: str, progress: bool = False) -> StageRunner:
         """The runner of an existing run, from its config (config.json and the resumes' changes,
         t2t_jax/rundir.py); it reads the run and writes nothing."""
         import ml_collections as mlc
+
         from t2t_jax import rundir
+
         return cls(mlc.ConfigDict(rundir.current_config(workdir)), workdir, progress)
 
     def latest_params(self):
@@ -158,10 +178,14 @@ class StageRunner:
         saved = self.ckpt.meta(step)
         has_ref = saved.get("has_ref", bool(beta) and saved["phase"] != "sft")  # (older checkpoints)
         if saved["phase"] not in ("sft", "warm") and has_ref != bool(beta):
-            raise CheckpointError(f"grpo.beta: {beta} on resume, but this run's GRPO phase began with "
-                             f"{'beta > 0' if has_ref else 'beta = 0 (no reference model kept)'}; "
-                             "resume with the run's own grpo.beta (config.json)")
-        restored, meta = self.ckpt.restore(step, {"state": state, "ref": self.trainer.initial_params if has_ref else {}})
+            raise CheckpointError(
+                f"grpo.beta: {beta} on resume, but this run's GRPO phase began with "
+                f"{'beta > 0' if has_ref else 'beta = 0 (no reference model kept)'}; "
+                "resume with the run's own grpo.beta (config.json)"
+            )
+        restored, meta = self.ckpt.restore(
+            step, {"state": state, "ref": self.trainer.initial_params if has_ref else {}}
+        )
         return restored["state"], restored["ref"], meta
 
     def _maybe_preempted(self, state, ref, meta):
@@ -189,15 +213,26 @@ class StageRunner:
         """Greedy rollouts of `boards`, or `samples` per board at the rollout temperature / top_p
         (seeded by the run's seed alone: every point draws the same random numbers)."""
         c = self.config
-        return benchmark.evaluate(self.policy, params, boards, max_new_tokens=c.rollout.max_new_tokens,
-                                  batch_size=c.eval.batch_size, reward_weights=c.rewards.to_dict(),
-                                  progress=self.progress, desc=desc, samples=samples,
-                                  temperature=c.rollout.temperature, top_p=c.rollout.top_p, seed=c.seed)
+        return benchmark.evaluate(
+            self.policy,
+            params,
+            boards,
+            max_new_tokens=c.rollout.max_new_tokens,
+            batch_size=c.eval.batch_size,
+            reward_weights=c.rewards.to_dict(),
+            progress=self.progress,
+            desc=desc,
+            samples=samples,
+            temperature=c.rollout.temperature,
+            top_p=c.rollout.top_p,
+            seed=c.seed,
+        )
 
     def _sampled(self, params, boards, k, desc):
         c = self.config
-        return benchmark.sampled_entry(self._evaluate(params, boards, desc, samples=k), k,
-                                       c.rollout.temperature, c.rollout.top_p)
+        return benchmark.sampled_entry(
+            self._evaluate(params, boards, desc, samples=k), k, c.rollout.temperature, c.rollout.top_p
+        )
 
     def monitor_boards(self) -> list[dict]:
         """The training-distribution monitor: `eval.monitor` boards of env.initial, one fixed draw."""
@@ -214,14 +249,19 @@ class StageRunner:
         first = meta["results"][0] if meta["results"] else None
         if paired and "board_valid" in first:  # (absent in runs begun before it existed)
             entry["vs_first"] = benchmark.paired_change(first, entry)
-        values = {"benchmark/valid": entry["valid"], "benchmark/optimal": entry["optimal"],
-                  "benchmark/mean_tokens": entry["mean_tokens"]}
+        values = {
+            "benchmark/valid": entry["valid"],
+            "benchmark/optimal": entry["optimal"],
+            "benchmark/mean_tokens": entry["mean_tokens"],
+        }
         if monitor:
             entry["monitor"] = self._sampled(params, monitor, c.eval.monitor_samples, f"monitor {point}")
             values.update({f"monitor/{k}": entry["monitor"][k] for k in ("avg_valid", "avg_optimal", "pass_valid")})
             if first is not None and "monitor" in first:
-                entry["monitor_vs_first"] = {**benchmark.paired_sampled_change(first["monitor"], entry["monitor"]),
-                                             "against": first["point"]}
+                entry["monitor_vs_first"] = {
+                    **benchmark.paired_sampled_change(first["monitor"], entry["monitor"]),
+                    "against": first["point"],
+                }
         meta["results"].append(entry)
         self.writer.scalars(step, values)
         self._write_records(meta)
@@ -239,17 +279,27 @@ class StageRunner:
         c = self.config
         latest = self.ckpt.latest_intact() if resume else None
         if not resume and self.ckpt.latest() is not None:  # (launch.main's rundir.open_run refuses first)
-            raise FileExistsError(f"{self.workdir} already holds checkpoints: pass --resume to continue "
-                                  "it, or choose another --workdir")
+            raise FileExistsError(
+                f"{self.workdir} already holds checkpoints: pass --resume to continue it, or choose another --workdir"
+            )
         state = self.sft_trainer.init() if c.sft.steps else self.trainer.init()
         ref = {}
-        meta = {"phase": "sft" if c.sft.steps else "warm", "stage": 0, "step": 0, "counter": 0,
-                "history": [self.first.to_json()], "weights": [c.rewards.to_dict()],
-                "records": [], "results": [], "accounts": []}
+        meta = {
+            "phase": "sft" if c.sft.steps else "warm",
+            "stage": 0,
+            "step": 0,
+            "counter": 0,
+            "history": [self.first.to_json()],
+            "weights": [c.rewards.to_dict()],
+            "records": [],
+            "results": [],
+            "accounts": [],
+        }
         if latest is not None:
             state, ref, meta = self._restore(latest, state)
-            print(f"resumed from checkpoint {latest}: phase {meta['phase']}, stage {meta['stage']}, "
-                  f"step {meta['step']}")
+            print(
+                f"resumed from checkpoint {latest}: phase {meta['phase']}, stage {meta['stage']}, step {meta['step']}"
+            )
         first_boards = benchmark.benchmark_boards(c.eval.per_cell)
         mid_boards = benchmark.benchmark_boards(c.eval.mid_per_cell)
         monitor = self.monitor_boards() if c.eval.get("monitor", 0) else []
@@ -257,8 +307,7 @@ class StageRunner:
             state = self._sft(state, meta)
             meta.update(phase="warm", step=0)
         if meta["phase"] == "warm":
-            self._record_point(meta, "warm_start" if c.sft.steps else "initial", state.params, first_boards, 0,
-                               monitor)
+            self._record_point(meta, "warm_start" if c.sft.steps else "initial", state.params, first_boards, 0, monitor)
             state = self.trainer.init(state.params) if c.sft.steps else state
             ref = jax.tree.map(lambda x: x.copy(), state.params) if c.grpo.beta else {}
             meta.update(phase="grpo", stage=0, step=0)
@@ -283,24 +332,39 @@ class StageRunner:
         drawn = len(boards)
         boards = sft.sft_targets(boards, c.sft.targets, env.max_size, env.max_agents)
         if not boards:
-            raise ValueError(f"sft.targets={c.sft.targets!r}: none of the {drawn} boards of sft.env has a valid "
-                             "straight plan; raise sft.boards or use 'canonical'")
+            raise ValueError(
+                f"sft.targets={c.sft.targets!r}: none of the {drawn} boards of sft.env has a valid "
+                "straight plan; raise sft.boards or use 'canonical'"
+            )
         if len(boards) < drawn:
             print(f"sft: {len(boards)} of {drawn} boards have a valid straight plan (sft.targets={c.sft.targets!r})")
 
         def callback(step, st, metrics):
-            self.writer.scalars(step, {f"sft/{k}": v for k, v in metrics.items() if k in ("nll", "grad_norm", "learning_rate")})
+            self.writer.scalars(
+                step, {f"sft/{k}": v for k, v in metrics.items() if k in ("nll", "grad_norm", "learning_rate")}
+            )
             meta["step"] = step + 1
             if (step + 1) % c.checkpoint.every == 0 and step + 1 < c.sft.steps:
                 self._save(st, {}, meta)
             self._maybe_preempted(st, {}, meta)
 
-        return sft.run_sft(self.sft_trainer, state, self.policy, boards, steps=c.sft.steps,
-                           batch_size=c.sft.batch_size, answer_length=c.sft.answer_length,
-                           seed=c.seed, start=meta["step"], callback=callback, progress=self.progress)
+        return sft.run_sft(
+            self.sft_trainer,
+            state,
+            self.policy,
+            boards,
+            steps=c.sft.steps,
+            batch_size=c.sft.batch_size,
+            answer_length=c.sft.answer_length,
+            seed=c.seed,
+            start=meta["step"],
+            callback=callback,
+            progress=self.progress,
+        )
 
     def _stage(self, state, ref, meta, first_boards, mid_boards, monitor):
         from tqdm import tqdm
+
         c, s = self.config, meta["stage"]
         env_config = EnvConfig.from_json(meta["history"][-1])
         weights = meta["weights"][-1]
@@ -309,8 +373,13 @@ class StageRunner:
         if c.grpo.get("guidance", "none") == "canonical":
             pool = sft.canonical_plans(pool, env_config.max_size, env_config.max_agents)
         started = time.time()
-        for step in tqdm(range(meta["step"], c.grpo.steps), desc=f"stage {s}", disable=not self.progress,
-                         initial=meta["step"], total=c.grpo.steps):
+        for step in tqdm(
+            range(meta["step"], c.grpo.steps),
+            desc=f"stage {s}",
+            disable=not self.progress,
+            initial=meta["step"],
+            total=c.grpo.steps,
+        ):
             global_step = s * c.grpo.steps + step
             state, ro, drawn, metrics = self._grpo_step(state, ref, pool, step, weights, global_step)
             self._log_step(global_step, ro, drawn, metrics, env_config)
@@ -322,23 +391,32 @@ class StageRunner:
         heldout = self._boards(env_config, self._key(200, s), c.eval.heldout)
         ro = self._evaluate(state.params, heldout, f"held-out {s}")
         previous = meta["accounts"][-1] if meta["accounts"] else None
-        history = [{"stage": a["stage"], "config": a["config"], "valid": a["overall"]["valid"]}
-                   for a in meta["accounts"]]
-        account = build_account(s, env_config, weights, ro, cases=c.engineer.failure_cases,
-                                previous=previous, history=history)
+        history = [
+            {"stage": a["stage"], "config": a["config"], "valid": a["overall"]["valid"]} for a in meta["accounts"]
+        ]
+        account = build_account(
+            s, env_config, weights, ro, cases=c.engineer.failure_cases, previous=previous, history=history
+        )
         meta["accounts"].append(account)
         self._log_failures(global_step, ro)
         last = s == c.stages - 1
-        entry = self._record_point(meta, f"stage_{s}", state.params, first_boards if last else mid_boards,
-                                   global_step, monitor, paired=last)
+        entry = self._record_point(
+            meta, f"stage_{s}", state.params, first_boards if last else mid_boards, global_step, monitor, paired=last
+        )
         record = None
         if not last:
             record = self.engineer.propose(state.params, account, env_config, self.first, weights)
             meta["records"].append(record)
             meta["history"].append(record["config"])
             meta["weights"].append(record["reward_weights"])
-            self.writer.text(global_step, "engineer/proposal", json.dumps(
-                {k: record[k] for k in ("prompt", "text", "accepted", "reason", "config", "reward_weights")}, indent=1))
+            self.writer.text(
+                global_step,
+                "engineer/proposal",
+                json.dumps(
+                    {k: record[k] for k in ("prompt", "text", "accepted", "reason", "config", "reward_weights")},
+                    indent=1,
+                ),
+            )
             self._write_records(meta)
         self._summary(s, env_config, account, entry, record, time.time() - started)
         meta.update(stage=s + 1, step=0)
@@ -354,16 +432,24 @@ class StageRunner:
         rounds, drawn, informative = [], [], []
         for round_ in range(1 + g.dynamic_sampling_rounds if g.dynamic_sampling else 1):
             start = (step * (1 + g.dynamic_sampling_rounds) + round_) * p
-            ro = self.policy.rollout(state.params, pool[start:start + p], n=g.group_size,
-                                     max_new_tokens=c.rollout.max_new_tokens, reward_weights=weights,
-                                     temperature=c.rollout.temperature, top_k=c.rollout.top_k,
-                                     top_p=c.rollout.top_p, seed=c.seed * 1_000_003 + global_step * 17 + round_)
+            ro = self.policy.rollout(
+                state.params,
+                pool[start : start + p],
+                n=g.group_size,
+                max_new_tokens=c.rollout.max_new_tokens,
+                reward_weights=weights,
+                temperature=c.rollout.temperature,
+                top_k=c.rollout.top_k,
+                top_p=c.rollout.top_p,
+                seed=c.seed * 1_000_003 + global_step * 17 + round_,
+            )
             drawn.append(ro)
             if g.get("guidance", "none") != "none":
                 ro = guide(self.policy, ro, g.group_size, c.rollout.max_new_tokens, weights)
             rounds.append(ro)
-            informative.append(grpo.informative_groups(ro.terms, ro.rewards, g.group_size,
-                                                       g.get("informative", "reward")))
+            informative.append(
+                grpo.informative_groups(ro.terms, ro.rewards, g.group_size, g.get("informative", "reward"))
+            )
             if sum(m.sum() for m in informative) >= p:
                 break
         signal = None
@@ -371,13 +457,22 @@ class StageRunner:
             picks = grpo.select_groups(informative, p)
             ro = concat([rounds[r].select(range(i * g.group_size, (i + 1) * g.group_size)) for r, i in picks])
             signal = [informative[r][i] for r, i in picks]
-        metrics = {"guided": float(np.mean(ro.guided)), "informative_groups": float(np.mean(np.concatenate(informative)))}
+        metrics = {
+            "guided": float(np.mean(ro.guided)),
+            "informative_groups": float(np.mean(np.concatenate(informative))),
+        }
         if signal is not None and not any(signal):
             # No group differs: no update at all (with a zero gradient Adam's momentum alone would still
             # move the params: 16 such steps took the monitor from 12.6% to 6.1%, README Evidence).
             return state, ro, concat(drawn), metrics | {"no_signal": 1.0}
-        adv = grpo.batch_advantages(ro.rewards, g.group_size, g.scale_rewards, signal=signal,
-                                    control=g.get("control", "none"), seed=c.seed * 1_000_003 + global_step)
+        adv = grpo.batch_advantages(
+            ro.rewards,
+            g.group_size,
+            g.scale_rewards,
+            signal=signal,
+            control=g.get("control", "none"),
+            seed=c.seed * 1_000_003 + global_step,
+        )
         batch = ro.batch() | {"advantages": adv, "sampler_logps": ro.logprobs, "sampled": ~ro.guided}
         if g.old_logprobs == "sampler":
             batch["old_logps"] = ro.logprobs
@@ -390,7 +485,9 @@ class StageRunner:
         for _ in range(g.num_iterations):
             state, update = self.trainer.update(state, batch)
         metrics = {**{k: float(v) for k, v in update.items()}, **metrics, "no_signal": 0.0}
-        metrics["tokens_per_s"] = float(ro.completion_mask.sum() + ro.prompt_mask.sum()) * g.num_iterations / (time.time() - t0)
+        metrics["tokens_per_s"] = (
+            float(ro.completion_mask.sum() + ro.prompt_mask.sum()) * g.num_iterations / (time.time() - t0)
+        )
         self.trainer.check_finite(metrics)
         return state, ro, concat(drawn), metrics
 
@@ -413,11 +510,15 @@ class StageRunner:
                 values[f"bucket_{i}/optimal"] = float(ro.verdicts.optimal[rows].mean())
         self.writer.scalars(step, values)
         if step % self.config.logging.text_every == 0:
-            self.writer.text(step, "samples", "\n\n".join(
-                f"{io.board_text(b)}\n--> {t}" for b, t in zip(ro.boards[:2], ro.texts[:2])))
+            self.writer.text(
+                step,
+                "samples",
+                "\n\n".join(f"{io.board_text(b)}\n--> {t}" for b, t in zip(ro.boards[:2], ro.texts[:2])),
+            )
 
     def _log_failures(self, step, ro):
         from t2t_jax.render.board import boards_grid
+
         bad = np.flatnonzero(~np.asarray(ro.verdicts.valid))[:8]
         if len(bad):
             self.writer.image(step, "failures", boards_grid([ro.boards[i] for i in bad]))
@@ -426,17 +527,25 @@ class StageRunner:
     def _summary(self, s, env_config, account, entry, record, seconds):
         if jax.process_index() != 0:
             return
-        lines = [f"=== stage {s} ({seconds:.0f} s) " + "=" * 40,
-                 f"config: {json.dumps(env_config.to_json()['buckets'])}"]
+        lines = [
+            f"=== stage {s} ({seconds:.0f} s) " + "=" * 40,
+            f"config: {json.dumps(env_config.to_json()['buckets'])}",
+        ]
         for b in account["buckets"]:
-            lines.append(f"  held-out bucket {b['bucket']}: {b['boards']} boards, valid {b['valid']:.2f} "
-                         f"{b['valid_ci']}, optimal {b['optimal']:.2f}, mean tokens {b['mean_tokens']:.0f}")
-        lines.append(f"benchmark ({entry['boards']} boards): valid {entry['valid']:.3f}, optimal "
-                     f"{entry['optimal']:.3f}, mean tokens {entry['mean_tokens']:.0f}")
+            lines.append(
+                f"  held-out bucket {b['bucket']}: {b['boards']} boards, valid {b['valid']:.2f} "
+                f"{b['valid_ci']}, optimal {b['optimal']:.2f}, mean tokens {b['mean_tokens']:.0f}"
+            )
+        lines.append(
+            f"benchmark ({entry['boards']} boards): valid {entry['valid']:.3f}, optimal "
+            f"{entry['optimal']:.3f}, mean tokens {entry['mean_tokens']:.0f}"
+        )
         if "monitor_vs_first" in entry:
             m, d = entry["monitor"], entry["monitor_vs_first"]
-            lines.append(f"monitor ({m['boards']} boards, avg@{m['k']}): valid {m['avg_valid']:.3f}, "
-                         f"{d['diff']:+.3f} {d['ci95']} vs {d['against']} (paired permutation p = {d['p_value']:.4f})")
+            lines.append(
+                f"monitor ({m['boards']} boards, avg@{m['k']}): valid {m['avg_valid']:.3f}, "
+                f"{d['diff']:+.3f} {d['ci95']} vs {d['against']} (paired permutation p = {d['p_value']:.4f})"
+            )
         if record is not None:
             lines.append(f"engineer ({record['kind']}): {record['reason']}")
             lines.append(f"next config: {json.dumps(record['config']['buckets'])}")

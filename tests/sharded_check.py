@@ -1,5 +1,6 @@
 """Run with 8 fake CPU devices (see test_sharding.py): sharded logits == single-device logits, and
 the sampler on sharded params with the batch sharded over the data axes gives the same tokens."""
+
 import os
 import sys
 
@@ -25,17 +26,29 @@ def sample(model, ids, mask):
 
 def main(path):
     assert len(jax.devices()) == 8
-    config = qwen3.Qwen3Config(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                               num_attention_heads=8, num_key_value_heads=4, head_dim=16,
-                               tie_word_embeddings=False)
+    config = qwen3.Qwen3Config(
+        vocab_size=96,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        head_dim=16,
+        tie_word_embeddings=False,
+    )
     qwen3.save_pretrained(qwen3.Qwen3(config, rngs=nnx.Rngs(0)), path)
     ids = jnp.asarray(np.random.default_rng(0).integers(0, 96, (8, 10)))
     mask = jnp.ones((8, 10), bool).at[3, :4].set(False)
     single_model = qwen3.from_pretrained(path)
     single = np.asarray(single_model(ids, attention_mask=mask))
     single_samples = sample(single_model, ids, mask)
-    for axes in ({"fsdp": 4, "tensor": 2}, {"data": 2, "fsdp": 2, "tensor": 2}, {"fsdp": -1},
-                 {"tensor": 8}, {"data": 8}):
+    for axes in (
+        {"fsdp": 4, "tensor": 2},
+        {"data": 2, "fsdp": 2, "tensor": 2},
+        {"fsdp": -1},
+        {"tensor": 8},
+        {"data": 8},
+    ):
         mesh = sharding.make_mesh(axes)
         model = qwen3.from_pretrained(path, mesh=mesh)
         q = model.layers["q_proj"].value
@@ -44,7 +57,8 @@ def main(path):
             assert not q.sharding.is_fully_replicated, axes
         batch = sharding.batch_sharding(mesh)
         out = jax.jit(lambda m, i, a: m(i, attention_mask=a))(
-            model, jax.device_put(ids, batch), jax.device_put(mask, batch))
+            model, jax.device_put(ids, batch), jax.device_put(mask, batch)
+        )
         np.testing.assert_allclose(np.asarray(out), single, atol=2e-5, err_msg=str(axes))
         samples = sample(model, jax.device_put(ids, batch), jax.device_put(mask, batch))
         for got, want in zip(samples[0::2], single_samples[0::2]):

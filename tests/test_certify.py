@@ -1,4 +1,5 @@
 """Certified optima: device bounds, the exact solver, brute force, and the eval sets."""
+
 import itertools
 import json
 import subprocess
@@ -8,8 +9,8 @@ from collections import deque
 import jax
 import numpy as np
 import pytest
-
 from conftest import generator, make_board
+
 from t2t_jax.env import io, solver
 from t2t_jax.env.certified import CertifiedGenerator
 from t2t_jax.env.certify import certify_jit
@@ -32,21 +33,33 @@ def brute_force(board, limit=64):
             return seen[state]
         options = []
         for r, c in state:
-            options.append([(r + dr, c + dc) for dr, dc in MOVES
-                            if 0 <= r + dr < n and 0 <= c + dc < n and (r + dr, c + dc) not in holes])
+            options.append(
+                [
+                    (r + dr, c + dc)
+                    for dr, dc in MOVES
+                    if 0 <= r + dr < n and 0 <= c + dc < n and (r + dr, c + dc) not in holes
+                ]
+            )
         for nxt in itertools.product(*options):
             if len(set(nxt)) < len(nxt) or nxt in seen:
                 continue
-            if any(nxt[i] == state[j] and nxt[j] == state[i] and state[i] != state[j]
-                   for i in range(len(nxt)) for j in range(i + 1, len(nxt))):
+            if any(
+                nxt[i] == state[j] and nxt[j] == state[i] and state[i] != state[j]
+                for i in range(len(nxt))
+                for j in range(i + 1, len(nxt))
+            ):
                 continue
             seen[nxt] = seen[state] + 1
             queue.append(nxt)
     return None
 
 
-SMALL = make_config([{"size": [3, 4], "agents": [2, 3], "hole_density": [0.0, 0.5]},
-                     {"size": 5, "agents": 2, "hole_density": [0.0, 0.5]}])
+SMALL = make_config(
+    [
+        {"size": [3, 4], "agents": [2, 3], "hole_density": [0.0, 0.5]},
+        {"size": 5, "agents": 2, "hole_density": [0.0, 0.5]},
+    ]
+)
 
 
 def test_solver_and_device_bounds_agree_with_brute_force():
@@ -84,15 +97,20 @@ def test_joint_reachability_agrees_with_brute_force():
 
 def test_known_infeasible_board():
     # A 1-wide corridor where two agents must swap: each can reach its goal alone, no joint plan.
-    board = make_board(3, holes=[(1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2)],
-                       starts=[(0, 0), (0, 2)], goals=[(0, 2), (0, 0)])
+    board = make_board(
+        3, holes=[(1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2)], starts=[(0, 0), (0, 2)], goals=[(0, 2), (0, 0)]
+    )
     assert brute_force(board) is None
     assert solver.solve(board).optimal_makespan is None
 
 
 def test_certified_generator_every_board_certified():
-    config = make_config([{"size": [3, 5], "agents": [2, 3], "hole_density": [0.0, 0.5]},
-                          {"size": [6, 10], "agents": [2, 5], "hole_density": [0.0, 0.5]}])
+    config = make_config(
+        [
+            {"size": [3, 5], "agents": [2, 3], "hole_density": [0.0, 0.5]},
+            {"size": [6, 10], "agents": [2, 5], "hole_density": [0.0, 0.5]},
+        ]
+    )
     gen = CertifiedGenerator(config, chunk=256)
     boards, plans = gen(jax.random.key(1), 300)
     stats = gen.last_stats
@@ -108,8 +126,12 @@ def test_solve_cli(tmp_path):
     path = tmp_path / "boards.jsonl"
     board = make_board(3, holes=[(1, 1)], starts=[(0, 0), (2, 2)], goals=[(2, 2), (0, 0)])
     path.write_text(json.dumps(board) + "\n")
-    out = subprocess.run([sys.executable, "-m", "launch.mapf", "solve", f"--boards={path}", "--workers=1"],
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "launch.mapf", "solve", f"--boards={path}", "--workers=1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.splitlines()[0])
     assert result["optimal_makespan"] == brute_force(board) == 4 and result["lower_bound"] == 4
@@ -123,13 +145,12 @@ def test_shipped_sets(name):
     spec = sets.SETS[name]
     items = sets.load(name)
     assert len(items) == spec.boards * len(spec.sizes)
-    for n, cell in itertools.groupby(items, key=lambda b: b["size"]):
+    for _, cell in itertools.groupby(items, key=lambda b: b["size"]):
         assert len(list(cell)) == spec.boards
     assert sorted({b["size"] for b in items}) == list(spec.sizes)
     assert all(len(b["starts"]) == spec.agents for b in items)
     boards = sets.load_boards(name)
-    plans = parse_completions([b["plan"] for b in items], [spec.agents] * len(items),
-                              spec.max_agents, sets.HORIZON)
+    plans = parse_completions([b["plan"] for b in items], [spec.agents] * len(items), spec.max_agents, sets.HORIZON)
     v = validate(boards, plans)
     assert np.asarray(v.valid).all() and np.asarray(v.optimal).all()
 
@@ -140,7 +161,7 @@ def test_regeneration_is_byte_for_byte_one_cell_per_set():
         shipped = open(sets.path(name)).read().splitlines()
         start = spec.sizes.index(n) * spec.boards
         rebuilt = [json.dumps(b, sort_keys=True) for b in sets.build(name, sizes=(n,))]
-        assert rebuilt == shipped[start:start + spec.boards], name
+        assert rebuilt == shipped[start : start + spec.boards], name
 
 
 @pytest.mark.slow

@@ -1,6 +1,7 @@
 """Checkpoint integrity (t2t_jax/checkpoint.py): every step carries checksums; a truncated, altered
 or incomplete newest checkpoint is moved aside with a warning naming it and the one before is
 restored; none intact is one error."""
+
 import os
 
 import jax
@@ -8,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2t_jax.checkpoint import CHECKSUMS, CheckpointError, Checkpointer
+from t2t_jax.checkpoint import CHECKSUMS, Checkpointer, CheckpointError
 
 
 def saved(tmp_path, steps=(1, 2, 3)):

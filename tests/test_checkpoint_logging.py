@@ -1,5 +1,6 @@
 """Orbax checkpoints round-trip the train state and the JSON record; TensorBoard events read
 back with TensorBoard's own reader."""
+
 import os
 
 import jax

@@ -1,4 +1,5 @@
 """`python -m launch.mapf`: generate, show, validate, stats, and bad input."""
+
 import json
 import subprocess
 import sys
@@ -9,8 +10,7 @@ CONFIG = '{"buckets": [{"size": [3, 5], "agents": 2, "hole_density": [0.0, 0.3]}
 
 
 def mapf(*args):
-    return subprocess.run([sys.executable, "-m", "launch.mapf", *args], capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run([sys.executable, "-m", "launch.mapf", *args], capture_output=True, text=True, timeout=300)
 
 
 def test_generate_show_validate(tmp_path):
@@ -40,8 +40,11 @@ def test_stats_and_errors(tmp_path):
     row = json.loads(out.stdout.splitlines()[0])
     assert row["boards"] == 256 and row["candidates"] + row["corridors"] + row["line"] == pytest.approx(1)
 
-    bad = mapf("generate", '--config={"buckets": [{"size": 3, "agents": 5, "hole_density": 0.5}]}',
-               f"--out={tmp_path / 'x.jsonl'}")
+    bad = mapf(
+        "generate",
+        '--config={"buckets": [{"size": 3, "agents": 5, "hole_density": 0.5}]}',
+        f"--out={tmp_path / 'x.jsonl'}",
+    )
     assert bad.returncode == 2 and "unsatisfiable" in bad.stderr
     assert not (tmp_path / "x.jsonl").exists()
 

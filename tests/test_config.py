@@ -1,4 +1,5 @@
 """EnvConfig: legal ranges named in errors, JSON round trip, unsatisfiable buckets."""
+
 import json
 
 import pytest
@@ -7,26 +8,33 @@ from t2t_jax.env.config import ConfigError, EnvConfig, load_config, make_config
 
 
 def test_json_round_trip():
-    config = make_config([{"size": [3, 6], "agents": 2, "hole_density": [0.0, 0.3], "weight": 2},
-                          {"size": 10, "agents": [4, 5], "hole_density": 0.5}])
+    config = make_config(
+        [
+            {"size": [3, 6], "agents": 2, "hole_density": [0.0, 0.3], "weight": 2},
+            {"size": 10, "agents": [4, 5], "hole_density": 0.5},
+        ]
+    )
     again = EnvConfig.from_json(config.dumps())
     assert again == config
     assert json.loads(config.dumps())["buckets"][0]["size"] == [3, 6]
     assert config.weights.tolist() == pytest.approx([2 / 3, 1 / 3])
 
 
-@pytest.mark.parametrize("bucket, message", [
-    ({"size": 12}, "buckets[0].size: 12 is outside the legal range [3, 10]"),
-    ({"size": 2}, "buckets[0].size: 2 is outside the legal range [3, 10]"),
-    ({"agents": 6}, "buckets[0].agents: 6 is outside the legal range [1, 5]"),
-    ({"hole_density": 0.7}, "buckets[0].hole_density: 0.7 is outside the legal range [0.0, 0.5]"),
-    ({"hole_density": [0.3, 0.1]}, "buckets[0].hole_density: low 0.3 is above high 0.1"),
-    ({"min_distance": 9, "size": 5}, "buckets[0].min_distance: 9 is outside the legal range [0, 8]"),
-    ({"weight": 0}, "buckets[0].weight: 0.0 is outside the legal range (0, inf)"),
-    ({"size": 3.5}, "buckets[0].size: expected integers"),
-    ({"size": "big"}, "buckets[0].size: expected int values"),
-    ({"colour": 1}, "buckets[0]: unknown fields ['colour']"),
-])
+@pytest.mark.parametrize(
+    "bucket, message",
+    [
+        ({"size": 12}, "buckets[0].size: 12 is outside the legal range [3, 10]"),
+        ({"size": 2}, "buckets[0].size: 2 is outside the legal range [3, 10]"),
+        ({"agents": 6}, "buckets[0].agents: 6 is outside the legal range [1, 5]"),
+        ({"hole_density": 0.7}, "buckets[0].hole_density: 0.7 is outside the legal range [0.0, 0.5]"),
+        ({"hole_density": [0.3, 0.1]}, "buckets[0].hole_density: low 0.3 is above high 0.1"),
+        ({"min_distance": 9, "size": 5}, "buckets[0].min_distance: 9 is outside the legal range [0, 8]"),
+        ({"weight": 0}, "buckets[0].weight: 0.0 is outside the legal range (0, inf)"),
+        ({"size": 3.5}, "buckets[0].size: expected integers"),
+        ({"size": "big"}, "buckets[0].size: expected int values"),
+        ({"colour": 1}, "buckets[0]: unknown fields ['colour']"),
+    ],
+)
 def test_errors_name_the_field_and_range(bucket, message):
     with pytest.raises(ConfigError) as e:
         make_config([bucket])
@@ -52,6 +60,7 @@ def test_config_level_errors():
 
 
 def test_larger_static_maxima():
-    config = EnvConfig.from_json({"max_size": 12, "max_agents": 6,
-                                  "buckets": [{"size": 12, "agents": 6, "hole_density": 0.4}]})
+    config = EnvConfig.from_json(
+        {"max_size": 12, "max_agents": 6, "buckets": [{"size": 12, "agents": 6, "hole_density": 0.4}]}
+    )
     assert config.max_size == 12 and config.max_agents == 6

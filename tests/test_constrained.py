@@ -1,4 +1,5 @@
 """Constrained decoding: every output of a random-weight model follows the grammar."""
+
 import json
 import re
 
@@ -20,10 +21,10 @@ def sample(constraint, n=16, max_new_tokens=600, temperature=1.0, seed=0):
     model = qwen3.Qwen3(qwen3.PRESETS["tiny"], rngs=nnx.Rngs(seed))
     sampler = Sampler(model, stop_ids(TOK), TOK.pad_token_id)
     ids, mask = encode_texts(TOK, ["propose", "a config please"])
-    out = sampler.generate(ids, mask, max_new_tokens=max_new_tokens, temperature=temperature, n=n // 2,
-                           seed=seed, constraint=constraint)
-    texts = [TOK.decode(np.asarray(out.tokens)[i, :int(out.lengths[i])], skip_special_tokens=True)
-             for i in range(n)]
+    out = sampler.generate(
+        ids, mask, max_new_tokens=max_new_tokens, temperature=temperature, n=n // 2, seed=seed, constraint=constraint
+    )
+    texts = [TOK.decode(np.asarray(out.tokens)[i, : int(out.lengths[i])], skip_special_tokens=True) for i in range(n)]
     return texts, np.asarray(out.truncated)
 
 

@@ -1,11 +1,12 @@
 """Bit-packed BFS against the plain-Python BFS and the dense baseline."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+from conftest import generator
 
 from t2t_jax.env import distances, io, reference
 from t2t_jax.env.config import make_config
-from conftest import generator
 
 CONFIG = make_config([{"size": [3, 10], "agents": [1, 2], "hole_density": [0.0, 0.5]}])
 

@@ -1,4 +1,5 @@
 """The engineer: the semantic check, edit modes, baselines, the account, every kind."""
+
 import dataclasses
 import json
 import types
@@ -16,15 +17,20 @@ from t2t_jax.rl.rollout import Policy
 from t2t_jax.sampling import Sampler
 from t2t_jax.text.tokenizer import load_tokenizer, stop_ids
 
-CONFIG = make_config([{"size": [3, 4], "agents": 2, "hole_density": [0.0, 0.2]},
-                      {"size": [6, 7], "agents": [2, 3], "hole_density": [0.1, 0.3], "weight": 2.0}])
+CONFIG = make_config(
+    [
+        {"size": [3, 4], "agents": 2, "hole_density": [0.0, 0.2]},
+        {"size": [6, 7], "agents": [2, 3], "hole_density": [0.1, 0.3], "weight": 2.0},
+    ]
+)
 EDIT = {"size": [4, 5], "agents": [2, 2], "hole_density": [0.0, 0.2], "min_distance": 1, "weight": 1.0}
 REWARDS = {"valid": 1.0, "optimal": 0.5, "efficiency": 0.0, "length": 0.0}
 
 
 def apply(edits, mode="selective", rewards=REWARDS, agent_range=(1, 5)):
-    return propose.apply_proposal({"edits": edits, "reward_weights": rewards}, CONFIG, ACCURACY_FIRST, mode,
-                                  agent_range)
+    return propose.apply_proposal(
+        {"edits": edits, "reward_weights": rewards}, CONFIG, ACCURACY_FIRST, mode, agent_range
+    )
 
 
 def test_edit_and_bucket_counts_are_capped_and_any_text_is_survived():
@@ -32,8 +38,9 @@ def test_edit_and_bucket_counts_are_capped_and_any_text_is_survived():
     with pytest.raises(propose.ProposalError, match="1000 edits, at most 4"):
         apply(many)
     with pytest.raises(propose.ProposalError, match="would have 17 buckets, at most 16"):
-        propose.apply_proposal({"edits": many[:15], "reward_weights": REWARDS}, CONFIG, ACCURACY_FIRST,
-                               "selective", (1, 5), max_edits=100)
+        propose.apply_proposal(
+            {"edits": many[:15], "reward_weights": REWARDS}, CONFIG, ACCURACY_FIRST, "selective", (1, 5), max_edits=100
+        )
     for text in ("[" * 1000 + "]" * 1000, "{" * 100000, "not json", ""):
         with pytest.raises(propose.ProposalError, match="not valid JSON"):
             propose.parse_proposal(text)
@@ -45,20 +52,24 @@ def test_selective_keeps_unnamed_buckets_and_rewrite_replaces():
     assert new.buckets[1].size == (4, 5) and [b.weight for b in new.buckets] == [0.5, 0.5]
     added, _ = apply([{"bucket": 2, **EDIT}])
     assert len(added.buckets) == 3 and added.buckets[:2] == tuple(
-        dataclasses.replace(b, weight=round(b.weight / 4.0, 4)) for b in CONFIG.buckets)
+        dataclasses.replace(b, weight=round(b.weight / 4.0, 4)) for b in CONFIG.buckets
+    )
     rewritten, _ = apply([{"bucket": 0, **EDIT}], mode="rewrite")
     assert len(rewritten.buckets) == 1 and rewritten.buckets[0].size == (4, 5)
     assert weights["optimal"] == 0.5 and weights["format"] == ACCURACY_FIRST["format"]
 
 
-@pytest.mark.parametrize("edit, reason", [
-    ({"bucket": 5, **EDIT}, r"edits\[0\].bucket: 5 is outside the legal range \[0, 2\]"),
-    ({"bucket": 0, **EDIT, "size": [5, 3]}, r"size: low 5 is above high 3"),
-    ({"bucket": 0, **EDIT, "size": [3, 12]}, r"size: 12 is outside the legal range \[3, 10\]"),
-    ({"bucket": 0, **EDIT, "hole_density": [0.0, 0.7]}, r"hole_density: 0.7 is outside"),
-    ({"bucket": 0, **EDIT, "size": [3, 3], "agents": [5, 5], "hole_density": [0.5, 0.5]}, r"unsatisfiable"),
-    ({"bucket": 0, **EDIT, "agents": [3, 4]}, r"outside the allowed range \[2, 2\]"),
-])
+@pytest.mark.parametrize(
+    "edit, reason",
+    [
+        ({"bucket": 5, **EDIT}, r"edits\[0\].bucket: 5 is outside the legal range \[0, 2\]"),
+        ({"bucket": 0, **EDIT, "size": [5, 3]}, r"size: low 5 is above high 3"),
+        ({"bucket": 0, **EDIT, "size": [3, 12]}, r"size: 12 is outside the legal range \[3, 10\]"),
+        ({"bucket": 0, **EDIT, "hole_density": [0.0, 0.7]}, r"hole_density: 0.7 is outside"),
+        ({"bucket": 0, **EDIT, "size": [3, 3], "agents": [5, 5], "hole_density": [0.5, 0.5]}, r"unsatisfiable"),
+        ({"bucket": 0, **EDIT, "agents": [3, 4]}, r"outside the allowed range \[2, 2\]"),
+    ],
+)
 def test_semantic_check_rejects_with_the_reason(edit, reason):
     with pytest.raises(propose.ProposalError, match=reason):
         apply([edit], agent_range=(2, 2) if "allowed" in reason else (1, 5))
@@ -76,8 +87,10 @@ def test_semantic_check_rejects_bad_shapes_and_rewards():
 
 
 def fake_account(valid=(0.9, 0.1)):
-    buckets = [{"bucket": i, "config": b.to_json(), "valid": v, "boards": 10} for i, (b, v) in
-               enumerate(zip(CONFIG.buckets, valid))]
+    buckets = [
+        {"bucket": i, "config": b.to_json(), "valid": v, "boards": 10}
+        for i, (b, v) in enumerate(zip(CONFIG.buckets, valid))
+    ]
     return {"stage": 0, "buckets": buckets, "overall": {"valid": float(np.mean(valid))}}
 
 
@@ -107,29 +120,40 @@ def test_wilson_interval():
 def rollouts():
     """Greedy rollouts of a random tiny model on boards of CONFIG (all fail)."""
     import jax
+
     from t2t_jax.env import io
     from t2t_jax.env.certified import CertifiedGenerator
+
     tok = load_tokenizer()
     model = qwen3.Qwen3(qwen3.PRESETS["tiny"], rngs=nnx.Rngs(0))
     policy = Policy(Sampler(model, stop_ids(tok), tok.pad_token_id), tok, style="compact")
     boards = io.boards_with_plans_to_json(*CertifiedGenerator(CONFIG, chunk=64)(jax.random.key(0), 8))
-    return policy, policy.rollout(None, boards, n=1, max_new_tokens=24, temperature=0.0,
-                                  reward_weights=ACCURACY_FIRST)
+    return policy, policy.rollout(None, boards, n=1, max_new_tokens=24, temperature=0.0, reward_weights=ACCURACY_FIRST)
 
 
 def test_account_and_every_engineer_kind(rollouts):
     policy, ro = rollouts
     account = context.build_account(0, CONFIG, ACCURACY_FIRST, ro, cases=2)
-    assert [b["boards"] for b in account["buckets"]] == [
-        sum(b["bucket"] == i for b in ro.boards) for i in range(2)]
+    assert [b["boards"] for b in account["buckets"]] == [sum(b["bucket"] == i for b in ro.boards) for i in range(2)]
     assert len(account["failure_cases"]) == 2 and account["overall"]["boards"] == 8
     assert "Legal ranges" in context.account_text(account)
-    base = types.SimpleNamespace(edit_mode="selective", evidence="raw", failure_cases=2, constrained=True,
-                                 max_tokens=200, temperature=1.0, top_p=1.0, agent_range=(1, 5), max_edits=2,
-                                 efficiency_threshold=0.6)
+    base = types.SimpleNamespace(
+        edit_mode="selective",
+        evidence="raw",
+        failure_cases=2,
+        constrained=True,
+        max_tokens=200,
+        temperature=1.0,
+        top_p=1.0,
+        agent_range=(1, 5),
+        max_edits=2,
+        efficiency_threshold=0.6,
+    )
     for kind in KINDS:
-        for extra in ({}, {"evidence": "summary", "constrained": False, "edit_mode": "rewrite",
-                           "max_tokens": 24, "failure_cases": 0}):
+        for extra in (
+            {},
+            {"evidence": "summary", "constrained": False, "edit_mode": "rewrite", "max_tokens": 24, "failure_cases": 0},
+        ):
             cfg = types.SimpleNamespace(**{**vars(base), "kind": kind, **extra})
             record = Engineer(cfg, policy, base_params=None).propose(None, account, CONFIG, CONFIG, ACCURACY_FIRST)
             json.dumps(record)  # JSON-ready
@@ -158,13 +182,36 @@ def test_reward_guard_keeps_accuracy_first_below_the_threshold(rollouts, monkeyp
     policy, ro = rollouts
     account = context.build_account(0, CONFIG, ACCURACY_FIRST, ro, cases=0)
     assert account["overall"]["valid"] < 0.6
-    text = json.dumps({"edits": [{"bucket": 0, "size": [3, 4], "agents": [2, 2], "hole_density": [0.0, 0.1],
-                                  "min_distance": 1, "weight": 1.0}],
-                       "reward_weights": {"valid": 0.1, "length": 1.0, "optimal": 1.0, "efficiency": 0.5}})
+    text = json.dumps(
+        {
+            "edits": [
+                {
+                    "bucket": 0,
+                    "size": [3, 4],
+                    "agents": [2, 2],
+                    "hole_density": [0.0, 0.1],
+                    "min_distance": 1,
+                    "weight": 1.0,
+                }
+            ],
+            "reward_weights": {"valid": 0.1, "length": 1.0, "optimal": 1.0, "efficiency": 0.5},
+        }
+    )
     monkeypatch.setattr(Engineer, "_decode", lambda *a: (text, False))
-    cfg = types.SimpleNamespace(kind="self", edit_mode="selective", evidence="raw", failure_cases=0, constrained=False,
-                                max_tokens=200, temperature=1.0, top_p=1.0, agent_range=(1, 5), max_edits=2,
-                                efficiency_threshold=0.6, reward_guard=guard)
+    cfg = types.SimpleNamespace(
+        kind="self",
+        edit_mode="selective",
+        evidence="raw",
+        failure_cases=0,
+        constrained=False,
+        max_tokens=200,
+        temperature=1.0,
+        top_p=1.0,
+        agent_range=(1, 5),
+        max_edits=2,
+        efficiency_threshold=0.6,
+        reward_guard=guard,
+    )
     record = Engineer(cfg, policy).propose(None, account, CONFIG, CONFIG, ACCURACY_FIRST)
     assert record["accepted"] and record["config"]["buckets"][0]["size"] == [3, 4]
     if guard:

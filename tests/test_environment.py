@@ -1,11 +1,12 @@
 """The jumanji environment: specs, stepping, wrappers, agreement with the validator."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+from conftest import generator
 from jumanji.types import StepType
 from jumanji.wrappers import AutoResetWrapper, VmapWrapper
 
-from conftest import generator
 from t2t_jax.env import io
 from t2t_jax.env.config import make_config
 from t2t_jax.env.environment import MAPFFrozenLake

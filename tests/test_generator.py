@@ -1,19 +1,22 @@
 """Generator: every board respects its bucket; mixtures, determinism, one compilation."""
+
 import jax
 import numpy as np
 import pytest
+from conftest import generator
 
 from t2t_jax.env import io, reference
 from t2t_jax.env.config import hole_count, make_config
-from conftest import generator
 from t2t_jax.env.generator import CORRIDORS, LINE, Generator
 from t2t_jax.env.validator import validate
 
-MIXED = make_config([
-    {"size": [3, 5], "agents": [2, 3], "hole_density": [0.0, 0.5], "weight": 1.0},
-    {"size": [6, 10], "agents": [2, 5], "hole_density": [0.2, 0.5], "min_distance": 3, "weight": 2.0},
-    {"size": 10, "agents": 5, "hole_density": 0.5, "min_distance": 8, "weight": 1.0},
-])
+MIXED = make_config(
+    [
+        {"size": [3, 5], "agents": [2, 3], "hole_density": [0.0, 0.5], "weight": 1.0},
+        {"size": [6, 10], "agents": [2, 5], "hole_density": [0.2, 0.5], "min_distance": 3, "weight": 2.0},
+        {"size": 10, "agents": 5, "hole_density": 0.5, "min_distance": 8, "weight": 1.0},
+    ]
+)
 
 
 def check_boards(config, boards, info=None):
@@ -87,9 +90,14 @@ def test_one_compilation_for_mixed_batches():
     """Mixed sizes and agent counts share one compiled call, and so do configs of the same
     bucket count and padding."""
     from t2t_jax.env import generator as G
-    other = make_config([{"size": [4, 9], "agents": [1, 4], "hole_density": [0.1, 0.2]},
-                         {"size": 3, "agents": 2, "hole_density": 0.0},
-                         {"size": [6, 10], "agents": 5, "hole_density": 0.4, "min_distance": 2}])
+
+    other = make_config(
+        [
+            {"size": [4, 9], "agents": [1, 4], "hole_density": [0.1, 0.2]},
+            {"size": 3, "agents": 2, "hole_density": 0.0},
+            {"size": [6, 10], "agents": 5, "hole_density": 0.4, "min_distance": 2},
+        ]
+    )
     generator(MIXED)(jax.random.key(0), 128)
     before = G.sample._cache_size()
     for seed, config in enumerate([MIXED, other, MIXED]):
@@ -101,10 +109,12 @@ def test_one_compilation_for_mixed_batches():
 @pytest.mark.parametrize("candidates", [0, 1])
 def test_fallback_tiers_are_legal(candidates):
     """With no candidates the corridors tier (and, where it fails, the line) makes every board."""
-    config = make_config([
-        {"size": [3, 4], "agents": [2, 3], "hole_density": 0.5, "min_distance": 1},
-        {"size": [6, 10], "agents": [3, 5], "hole_density": [0.3, 0.5], "min_distance": 4},
-    ])
+    config = make_config(
+        [
+            {"size": [3, 4], "agents": [2, 3], "hole_density": 0.5, "min_distance": 1},
+            {"size": [6, 10], "agents": [3, 5], "hole_density": [0.3, 0.5], "min_distance": 4},
+        ]
+    )
     boards, info = generator(config, candidates).sample(jax.random.key(5), 512)
     check_boards(config, boards, info)
     assert {CORRIDORS, LINE} <= set(np.asarray(info.source).tolist())

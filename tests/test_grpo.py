@@ -1,4 +1,5 @@
 """GRPO losses against a NumPy reference written from the formulas (TRL's definitions)."""
+
 import types
 
 import numpy as np
@@ -62,8 +63,10 @@ def test_micro_batch_shares_sum_to_full_batch():
         cfg.loss_type = loss_type
         full = float(grpo.policy_loss(logps, old, None, adv, mask, cfg)[0])
         totals = grpo.totals_of(mask, chunks=2)
-        parts = [float(grpo.policy_loss(logps[i::2], old[i::2], None, adv[i::2], mask[i::2], cfg, totals=totals)[0])
-                 for i in range(2)]
+        parts = [
+            float(grpo.policy_loss(logps[i::2], old[i::2], None, adv[i::2], mask[i::2], cfg, totals=totals)[0])
+            for i in range(2)
+        ]
         np.testing.assert_allclose(sum(parts), full, rtol=1e-5, err_msg=loss_type)
 
 
@@ -102,7 +105,8 @@ def test_dynamic_sampling_never_takes_a_group_twice():
         picks = grpo.select_groups(rounds, 4)
         assert len(picks) == 4 and len(set(picks)) == 4
         assert [p for p in picks if rounds[p[0]][p[1]]] == [
-            (r, g) for r, m in enumerate(rounds) for g in np.flatnonzero(m)][:4]  # informative ones first
+            (r, g) for r, m in enumerate(rounds) for g in np.flatnonzero(m)
+        ][:4]  # informative ones first
 
 
 def test_informative_groups_key_on_accuracy_unless_asked():
@@ -121,7 +125,7 @@ def test_shuffle_control_permutes_within_groups():
     adv = np.arange(32, dtype=np.float32)
     out = grpo.shuffle_within_groups(adv, 8, seed=3)
     for g in range(4):
-        assert sorted(out[8 * g:8 * g + 8]) == list(adv[8 * g:8 * g + 8])
+        assert sorted(out[8 * g : 8 * g + 8]) == list(adv[8 * g : 8 * g + 8])
     assert not np.array_equal(out, adv)
     np.testing.assert_array_equal(out, grpo.shuffle_within_groups(adv, 8, seed=3))
     assert not np.array_equal(out, grpo.shuffle_within_groups(adv, 8, seed=4))
@@ -142,7 +146,7 @@ def test_batch_advantages_zero_the_fill_and_shuffle_under_control():
     np.testing.assert_allclose(out, plain * [1, 1, 0, 0, 1, 1])
     shuffled = grpo.batch_advantages(rewards, 2, signal=[True, False, True], control="shuffle", seed=0)
     for g in range(3):
-        assert sorted(shuffled[2 * g:2 * g + 2]) == sorted(out[2 * g:2 * g + 2])
+        assert sorted(shuffled[2 * g : 2 * g + 2]) == sorted(out[2 * g : 2 * g + 2])
     np.testing.assert_allclose(grpo.batch_advantages(rewards, 2), plain)
     with pytest.raises(ValueError, match="grpo.control: 'flip'"):
         grpo.batch_advantages(rewards, 2, control="flip")

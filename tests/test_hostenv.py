@@ -1,12 +1,15 @@
 """The launchers' restart with glibc's huge-page malloc tunable (t2t_jax/hostenv.py)."""
+
 import os
 import subprocess
 import sys
 
 from t2t_jax import hostenv
 
-PRINT_TUNABLES = ("from t2t_jax import hostenv; hostenv.reexec_with_malloc_tunables(); "
-                  "import os; print(os.environ.get('GLIBC_TUNABLES', 'unset'))")
+PRINT_TUNABLES = (
+    "from t2t_jax import hostenv; hostenv.reexec_with_malloc_tunables(); "
+    "import os; print(os.environ.get('GLIBC_TUNABLES', 'unset'))"
+)
 
 
 def test_malloc_env_adds_the_tunable_and_keeps_others():
@@ -22,8 +25,14 @@ def test_malloc_env_leaves_a_set_or_disabled_environment_alone():
 
 def _child(**extra):
     env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "T2T_JAX_REEXEC")}
-    out = subprocess.run([sys.executable, "-c", PRINT_TUNABLES], env=env | extra, capture_output=True,
-                         text=True, check=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+    out = subprocess.run(
+        [sys.executable, "-c", PRINT_TUNABLES],
+        env=env | extra,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=os.path.dirname(os.path.dirname(__file__)),
+    )
     return out.stdout.strip()
 
 

@@ -1,9 +1,10 @@
 """Interchange formats: board JSON, plan text, parse statuses."""
+
 import jax
 import numpy as np
 import pytest
-
 from conftest import generator, make_board
+
 from t2t_jax.env import io
 from t2t_jax.env.config import make_config
 from t2t_jax.env.types import ParseStatus
@@ -24,13 +25,16 @@ def test_board_text():
     assert io.board_text(board) == "...\n.H.\n...\nAgent 0: start (0, 0), goal (2, 2)"
 
 
-@pytest.mark.parametrize("item, message", [
-    ({"size": 11, "starts": [[0, 0]], "goals": [[1, 1]]}, "board 0.size: 11 is outside"),
-    ({"size": 3, "starts": [[0, 3]], "goals": [[1, 1]]}, "board 0.starts[0]: [0, 3] is outside the 3x3 grid"),
-    ({"size": 3, "starts": [[0, 0]], "goals": [[1, 1], [2, 2]]}, "1 starts and 2 goals"),
-    ({"size": 3, "starts": [[0, 0], [0, 0]], "goals": [[1, 1], [2, 2]]}, "distinct"),
-    ({"size": 3, "holes": [[0, 0]], "starts": [[0, 0]], "goals": [[1, 1]]}, "on a hole"),
-])
+@pytest.mark.parametrize(
+    "item, message",
+    [
+        ({"size": 11, "starts": [[0, 0]], "goals": [[1, 1]]}, "board 0.size: 11 is outside"),
+        ({"size": 3, "starts": [[0, 3]], "goals": [[1, 1]]}, "board 0.starts[0]: [0, 3] is outside the 3x3 grid"),
+        ({"size": 3, "starts": [[0, 0]], "goals": [[1, 1], [2, 2]]}, "1 starts and 2 goals"),
+        ({"size": 3, "starts": [[0, 0], [0, 0]], "goals": [[1, 1], [2, 2]]}, "distinct"),
+        ({"size": 3, "holes": [[0, 0]], "starts": [[0, 0]], "goals": [[1, 1]]}, "on a hole"),
+    ],
+)
 def test_bad_boards_are_named(item, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
         io.boards_from_json([item])
@@ -53,6 +57,7 @@ def test_write_jsonl_is_atomic(tmp_path):
     def broken():
         yield {"a": 2}
         raise RuntimeError("boom")
+
     with pytest.raises(RuntimeError):
         io.write_jsonl(str(path), broken())
     assert io.read_jsonl(str(path)) == [{"a": 1}]

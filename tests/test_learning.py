@@ -4,6 +4,7 @@ count to at least 6 of 8, for each of 3 seeds (measured: 0.18 -> 0.74 and 7 of 8
 and 6, 0.13 -> 0.84 and 8), while the shuffle control (the same updates with
 the advantages permuted within each group: no reward signal) does not. Sampler, parser, validator, rewards, advantages
 and the jitted update are the ones the stage loop uses."""
+
 import json
 
 import jax
@@ -21,14 +22,22 @@ from t2t_jax.rl.trainer import Trainer
 from t2t_jax.sampling import Sampler
 from t2t_jax.text.tokenizer import load_tokenizer, stop_ids
 
-ENV = EnvConfig.from_json(json.dumps({"max_size": 10, "max_agents": 5, "buckets": [
-    {"size": [3, 5], "agents": [2, 3], "hole_density": [0.0, 0.3], "min_distance": 1}]}))
+ENV = EnvConfig.from_json(
+    json.dumps(
+        {
+            "max_size": 10,
+            "max_agents": 5,
+            "buckets": [{"size": [3, 5], "agents": [2, 3], "hole_density": [0.0, 0.3], "min_distance": 1}],
+        }
+    )
+)
 WEIGHTS = {"valid": 1.0, "optimal": 0.5, "format": 0.1, "progress": 0.2}
 GROUP, UPDATES, TEMPERATURE, TOKENS = 8, 40, 1.0, 48
 
 
 def settings(lr):
     import configs.stage
+
     c = configs.stage.get_config()
     c.rollout.temperature = TEMPERATURE
     c.optim.update(learning_rate=lr, warmup_steps=1, decay_steps=1000, end_lr_fraction=1.0)
@@ -45,18 +54,27 @@ def warm_start():
     solves in 1 to 5 of 8 samples."""
     tok = load_tokenizer(None)
     model = qwen3.Qwen3(qwen3.PRESETS["tiny"], rngs=nnx.Rngs(0))
-    policy = Policy(Sampler(model, stop_ids(tok), tok.pad_token_id), tok, ENV.max_size, ENV.max_agents, 64,
-                    style="offsets")
+    policy = Policy(
+        Sampler(model, stop_ids(tok), tok.pad_token_id), tok, ENV.max_size, ENV.max_agents, 64, style="offsets"
+    )
     c = settings(3e-3)
     c.optim.update(warmup_steps=10, decay_steps=400, end_lr_fraction=0.1)
     trainer = Trainer(model, c, loss="sft")
     gen = CertifiedGenerator(ENV, horizon=64, chunk=256)
     boards = sft.canonical_plans(io.boards_with_plans_to_json(*gen(jax.random.key(1), 2048)))
-    state = sft.run_sft(trainer, trainer.init(), policy, boards, steps=400, batch_size=16, answer_length=TOKENS,
-                        progress=False)
+    state = sft.run_sft(
+        trainer, trainer.init(), policy, boards, steps=400, batch_size=16, answer_length=TOKENS, progress=False
+    )
     candidates = io.boards_with_plans_to_json(*gen(jax.random.key(2), 96))
-    ro = policy.rollout(state.params, candidates, n=GROUP, max_new_tokens=TOKENS, reward_weights=WEIGHTS,
-                        temperature=TEMPERATURE, seed=5)
+    ro = policy.rollout(
+        state.params,
+        candidates,
+        n=GROUP,
+        max_new_tokens=TOKENS,
+        reward_weights=WEIGHTS,
+        temperature=TEMPERATURE,
+        seed=5,
+    )
     counts = ro.verdicts.valid.reshape(-1, GROUP).sum(axis=1)
     pick = np.flatnonzero((counts >= 1) & (counts <= 5))[:8]
     assert len(pick) == 8, f"the warm start solves only {len(pick)} boards sometimes (counts {counts.tolist()})"
@@ -70,20 +88,27 @@ def train(warm, seed, control):
     state = trainer.init(params)
 
     def sampled_valid(p, s):
-        ro = policy.rollout(p, boards, n=16, max_new_tokens=TOKENS, reward_weights=WEIGHTS,
-                            temperature=TEMPERATURE, seed=s)
+        ro = policy.rollout(
+            p, boards, n=16, max_new_tokens=TOKENS, reward_weights=WEIGHTS, temperature=TEMPERATURE, seed=s
+        )
         return float(ro.verdicts.valid.mean())
 
     before = sampled_valid(state.params, 10_000 + seed)
     for step in range(UPDATES):
-        ro = policy.rollout(state.params, boards, n=GROUP, max_new_tokens=TOKENS, reward_weights=WEIGHTS,
-                            temperature=TEMPERATURE, seed=seed * 1000 + step)
+        ro = policy.rollout(
+            state.params,
+            boards,
+            n=GROUP,
+            max_new_tokens=TOKENS,
+            reward_weights=WEIGHTS,
+            temperature=TEMPERATURE,
+            seed=seed * 1000 + step,
+        )
         adv = np.asarray(grpo.group_advantages(ro.rewards, GROUP))
         if control:
             adv = grpo.shuffle_within_groups(adv, GROUP, seed=seed * 1000 + step)
         state, _ = trainer.update(state, trainer.shard(ro.batch() | {"advantages": adv}))
-    greedy = policy.rollout(state.params, boards, n=1, max_new_tokens=TOKENS, reward_weights=WEIGHTS,
-                            temperature=0.0)
+    greedy = policy.rollout(state.params, boards, n=1, max_new_tokens=TOKENS, reward_weights=WEIGHTS, temperature=0.0)
     return before, sampled_valid(state.params, 20_000 + seed), int(greedy.verdicts.valid.sum())
 
 
@@ -94,5 +119,7 @@ def test_grpo_learns_and_the_shuffle_control_does_not(warm, seed):
     assert after >= before + 0.3 and greedy >= 6, (before, after, greedy)
     c_before, c_after, c_greedy = train(warm, seed, control=True)
     assert c_after < c_before + 0.3 and c_greedy < 6, (c_before, c_after, c_greedy)
-    print(f"seed {seed}: GRPO {before:.3f} -> {after:.3f} (greedy {greedy}/8), "
-          f"shuffle {c_before:.3f} -> {c_after:.3f} (greedy {c_greedy}/8)")
+    print(
+        f"seed {seed}: GRPO {before:.3f} -> {after:.3f} (greedy {greedy}/8), "
+        f"shuffle {c_before:.3f} -> {c_after:.3f} (greedy {c_greedy}/8)"
+    )

@@ -1,4 +1,5 @@
 """Qwen3: parity with transformers on tiny random checkpoints, round trip, KV cache, errors."""
+
 import json
 import os
 
@@ -12,19 +13,40 @@ import transformers
 from t2t_jax.models import qwen3
 
 CONFIGS = {
-    "tied_gqa2": dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, head_dim=16, tie_word_embeddings=True),
-    "untied_gqa1_headdim": dict(hidden_size=48, intermediate_size=80, num_hidden_layers=3, num_attention_heads=4,
-                                num_key_value_heads=4, head_dim=24, tie_word_embeddings=False),
-    "gqa4": dict(hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=8,
-                 num_key_value_heads=2, head_dim=8, tie_word_embeddings=False, rope_theta=10000.0),
+    "tied_gqa2": dict(
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        tie_word_embeddings=True,
+    ),
+    "untied_gqa1_headdim": dict(
+        hidden_size=48,
+        intermediate_size=80,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        head_dim=24,
+        tie_word_embeddings=False,
+    ),
+    "gqa4": dict(
+        hidden_size=64,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        head_dim=8,
+        tie_word_embeddings=False,
+        rope_theta=10000.0,
+    ),
 }
 
 
 def hf_model(name, seed=0):
     torch.manual_seed(seed)
-    cfg = transformers.Qwen3Config(vocab_size=97, max_position_embeddings=256, rms_norm_eps=1e-6,
-                                   **CONFIGS[name])
+    cfg = transformers.Qwen3Config(vocab_size=97, max_position_embeddings=256, rms_norm_eps=1e-6, **CONFIGS[name])
     model = transformers.Qwen3ForCausalLM(cfg).eval()
     with torch.no_grad():  # non-trivial norms, so a missed norm weight shows
         for n, p in model.named_parameters():
@@ -45,8 +67,9 @@ def padded_batch(seed=0):
 def hf_forward(model, ids, mask):
     """transformers' logits (a torch tensor) with positions from the mask, as ours."""
     pos = np.maximum(np.cumsum(mask, 1) - 1, 0)
-    return model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask.astype(np.int64)),
-                 position_ids=torch.tensor(pos)).logits
+    return model(
+        input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask.astype(np.int64)), position_ids=torch.tensor(pos)
+    ).logits
 
 
 def hf_logits(model, ids, mask):
@@ -89,7 +112,7 @@ def test_cache_prefill_and_decode_match_full_forward(tmp_path, scan_layers):
     logits, cache = model(jnp.asarray(ids[:, :prompt]), jnp.asarray(mask[:, :prompt]), cache=cache)
     steps = [np.asarray(logits)]
     for t in range(prompt, 12):
-        logits, cache = model(jnp.asarray(ids[:, t:t + 1]), jnp.asarray(mask[:, t:t + 1]), cache=cache)
+        logits, cache = model(jnp.asarray(ids[:, t : t + 1]), jnp.asarray(mask[:, t : t + 1]), cache=cache)
         steps.append(np.asarray(logits))
     stepped = np.concatenate(steps, axis=1)
     np.testing.assert_allclose(stepped[mask], full[mask], atol=1e-5)
@@ -102,14 +125,19 @@ def test_gradients_match_transformers(name, tmp_path):
     from flax import nnx
 
     from t2t_jax.models.qwen3.params import HF_LAYER, hf_names, named_params
+
     ref = hf_model(name, seed=2)
     ref.save_pretrained(tmp_path, safe_serialization=True)
     model = qwen3.from_pretrained(str(tmp_path))
     ids, mask = padded_batch(2)
     proj = np.random.default_rng(2).normal(size=(3, 12, 97)).astype(np.float32) * mask[..., None]
     graph, params = nnx.split(model)
-    grads = nnx.merge(graph, jax.grad(lambda p: jnp.sum(
-        nnx.merge(graph, p)(jnp.asarray(ids), attention_mask=jnp.asarray(mask)) * proj))(params))
+    grads = nnx.merge(
+        graph,
+        jax.grad(lambda p: jnp.sum(nnx.merge(graph, p)(jnp.asarray(ids), attention_mask=jnp.asarray(mask)) * proj))(
+            params
+        ),
+    )
     (hf_forward(ref, ids, mask) * torch.tensor(proj)).sum().backward()
     theirs = {n: p.grad.numpy() for n, p in ref.named_parameters()}
     for ours_name, param in named_params(grads).items():
@@ -132,14 +160,30 @@ def test_bf16_forward_is_close(tmp_path):
 
 
 def test_remat_chunked_attention_and_unrolled_layers_give_the_same_gradients():
-    config = qwen3.Qwen3Config(vocab_size=50, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                               num_attention_heads=4, num_key_value_heads=2, head_dim=8)
+    config = qwen3.Qwen3Config(
+        vocab_size=50,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+    )
     from flax import nnx
+
     ids = jnp.arange(24).reshape(2, 12) % 50
     mask = jnp.ones((2, 12), bool).at[1, :5].set(False)
     grads = []
-    for remat, chunk, scan in (("none", 0, True), ("full", 0, True), ("dots", 0, True), ("none", 4, True),
-                               ("full", 3, True), ("none", 5, True), ("none", 0, False), ("dots", 4, False)):
+    for remat, chunk, scan in (
+        ("none", 0, True),
+        ("full", 0, True),
+        ("dots", 0, True),
+        ("none", 4, True),
+        ("full", 3, True),
+        ("none", 5, True),
+        ("none", 0, False),
+        ("dots", 4, False),
+    ):
         model = qwen3.Qwen3(config, remat=remat, attn_chunk=chunk, scan_layers=scan, rngs=nnx.Rngs(0))
         g = nnx.grad(lambda m: (m(ids, attention_mask=mask) * mask[..., None]).mean())(model)
         grads.append(jax.tree.leaves(nnx.state(g)))
@@ -154,12 +198,16 @@ def test_clear_errors(tmp_path):
     ref = hf_model("tied_gqa2")
     ref.save_pretrained(tmp_path, safe_serialization=True)
     cfg = json.loads((tmp_path / "config.json").read_text())
-    (tmp_path / "config.json").write_text(json.dumps(cfg | {"architectures": ["LlamaForCausalLM"],
-                                                            "model_type": "llama"}))
+    (tmp_path / "config.json").write_text(
+        json.dumps(cfg | {"architectures": ["LlamaForCausalLM"], "model_type": "llama"})
+    )
     with pytest.raises(ValueError, match="unsupported architecture"):
         qwen3.from_pretrained(str(tmp_path))
     (tmp_path / "config.json").write_text(json.dumps(cfg | {"intermediate_size": 100}))
-    with pytest.raises(qwen3.CheckpointError, match=r"tensor 'model.layers.0.mlp.\w+_proj.weight' has shape \[\d+, \d+\], expected .*100"):
+    with pytest.raises(
+        qwen3.CheckpointError,
+        match=r"tensor 'model.layers.0.mlp.\w+_proj.weight' has shape \[\d+, \d+\], expected .*100",
+    ):
         qwen3.from_pretrained(str(tmp_path))
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     os.remove(tmp_path / "model.safetensors")
@@ -168,10 +216,14 @@ def test_clear_errors(tmp_path):
         qwen3.from_pretrained(str(tmp_path))
     # A sharded checkpoint's index may only name safetensors files of the directory itself.
     for target in ("../outside.safetensors", "/etc/passwd", "sub/model.safetensors", 3):
-        (tmp_path / "model.safetensors.index.json").write_text(json.dumps(
-            {"weight_map": {"model.embed_tokens.weight": target}}))
-        with pytest.raises(qwen3.CheckpointError, match=r"weight_map\['model.embed_tokens.weight'\] = .* is not a "
-                                                        r"\.safetensors file of the checkpoint directory"):
+        (tmp_path / "model.safetensors.index.json").write_text(
+            json.dumps({"weight_map": {"model.embed_tokens.weight": target}})
+        )
+        with pytest.raises(
+            qwen3.CheckpointError,
+            match=r"weight_map\['model.embed_tokens.weight'\] = .* is not a "
+            r"\.safetensors file of the checkpoint directory",
+        ):
             qwen3.from_pretrained(str(tmp_path))
 
 
@@ -183,8 +235,16 @@ def test_presets_have_published_sizes():
 
 def test_chunked_token_logprobs_match_full_logits():
     from flax import nnx
-    config = qwen3.Qwen3Config(vocab_size=50, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                               num_attention_heads=4, num_key_value_heads=2, head_dim=8)
+
+    config = qwen3.Qwen3Config(
+        vocab_size=50,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+    )
     model = qwen3.Qwen3(config, rngs=nnx.Rngs(1))
     ids = jnp.asarray(np.random.default_rng(0).integers(0, 50, (3, 23)))
 
@@ -194,6 +254,7 @@ def test_chunked_token_logprobs_match_full_logits():
 
     def chunked(m):
         return m.token_logprobs(m.hidden(ids[:, :-1]), ids[:, 1:], chunk=5, temperature=0.8)
+
     np.testing.assert_allclose(chunked(model), full(model), atol=1e-5)
     g_full = nnx.grad(lambda m: full(m).sum())(model)
     g_chunk = nnx.grad(lambda m: chunked(m).sum())(model)

@@ -1,11 +1,12 @@
 """Pictures: sizes, colours where the agents and holes are, GIF frames, the CLI."""
+
 import json
 import subprocess
 import sys
 
+from conftest import make_board
 from PIL import Image
 
-from conftest import make_board
 from t2t_jax.render import AGENT_COLOURS, board_image, boards_grid, plan_frames, plan_strip, save_gif
 from t2t_jax.render.board import BAD, HOLE, ICE, LEGEND_ROW
 
@@ -40,7 +41,11 @@ def test_plan_frames_mark_collisions():
 
 def test_gif_and_grid(tmp_path):
     path = tmp_path / "plan.gif"
-    save_gif(BOARD, [["DOWN", "DOWN", "DOWN", "RIGHT", "RIGHT", "RIGHT"], ["UP", "UP", "UP", "LEFT", "LEFT", "LEFT"]], str(path))
+    save_gif(
+        BOARD,
+        [["DOWN", "DOWN", "DOWN", "RIGHT", "RIGHT", "RIGHT"], ["UP", "UP", "UP", "LEFT", "LEFT", "LEFT"]],
+        str(path),
+    )
     gif = Image.open(path)
     assert gif.n_frames == 7
     grid = boards_grid([BOARD, make_board(6, starts=[(0, 0)], goals=[(5, 5)])], cols=2, cell=20)
@@ -50,8 +55,12 @@ def test_gif_and_grid(tmp_path):
 def test_render_cli(tmp_path):
     boards = tmp_path / "boards.jsonl"
     boards.write_text(json.dumps(BOARD | {"plan": "Agent 0: DOWN\nAgent 1: UP"}) + "\n")
-    out = subprocess.run([sys.executable, "-m", "launch.mapf", "render", f"--boards={boards}",
-                          f"--out={tmp_path / 'pics'}"], capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "launch.mapf", "render", f"--boards={boards}", f"--out={tmp_path / 'pics'}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     names = sorted(p.name for p in (tmp_path / "pics").iterdir())
     assert names == ["board_0.png", "grid.png", "plan_0.gif"]

@@ -1,4 +1,5 @@
 """Rollouts: off-policy guidance puts a certified plan into groups without a valid sample."""
+
 import numpy as np
 import pytest
 from flax import nnx
@@ -9,18 +10,41 @@ from t2t_jax.rl.rollout import Policy, guide
 from t2t_jax.sampling import Sampler
 from t2t_jax.text.tokenizer import IM_END, load_tokenizer, stop_ids
 
-BOARDS = [{"size": 3, "holes": [], "starts": [[0, 0], [2, 2]], "goals": [[0, 1], [2, 1]], "optimal_makespan": 1,
-           "plan": "Agent 0: RIGHT\nAgent 1: LEFT"},
-          {"size": 3, "holes": [[1, 1]], "starts": [[0, 0], [2, 0]], "goals": [[1, 0], [2, 1]], "optimal_makespan": 1,
-           "plan": "Agent 0: DOWN\nAgent 1: RIGHT"}]
+BOARDS = [
+    {
+        "size": 3,
+        "holes": [],
+        "starts": [[0, 0], [2, 2]],
+        "goals": [[0, 1], [2, 1]],
+        "optimal_makespan": 1,
+        "plan": "Agent 0: RIGHT\nAgent 1: LEFT",
+    },
+    {
+        "size": 3,
+        "holes": [[1, 1]],
+        "starts": [[0, 0], [2, 0]],
+        "goals": [[1, 0], [2, 1]],
+        "optimal_makespan": 1,
+        "plan": "Agent 0: DOWN\nAgent 1: RIGHT",
+    },
+]
 
 
 def scored(policy, texts, group, width=24):
     rows = [b for b in BOARDS for _ in range(group)]
     ids, mask = policy.encode(rows)
     tokens = np.zeros((len(texts), width), np.int32)
-    return policy.score(rows, texts, np.zeros(len(texts), bool), np.full(len(texts), 5), 64, ACCURACY_FIRST,
-                        prompt=(ids, mask), tokens=tokens, logprobs=np.full(tokens.shape, -1.0, np.float32))
+    return policy.score(
+        rows,
+        texts,
+        np.zeros(len(texts), bool),
+        np.full(len(texts), 5),
+        64,
+        ACCURACY_FIRST,
+        prompt=(ids, mask),
+        tokens=tokens,
+        logprobs=np.full(tokens.shape, -1.0, np.float32),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +55,14 @@ def policy():
 
 
 def test_guidance_replaces_the_last_sample_of_groups_that_all_failed(policy):
-    texts = ["Agent 0: LEFT\nAgent 1: LEFT", "nonsense", "Agent 0: UP\nAgent 1: UP",  # board 0: all fail
-             "Agent 0: DOWN\nAgent 1: RIGHT", "Agent 0: UP\nAgent 1: UP", "garbage"]      # board 1: one valid
+    texts = [
+        "Agent 0: LEFT\nAgent 1: LEFT",
+        "nonsense",
+        "Agent 0: UP\nAgent 1: UP",  # board 0: all fail
+        "Agent 0: DOWN\nAgent 1: RIGHT",
+        "Agent 0: UP\nAgent 1: UP",
+        "garbage",
+    ]  # board 1: one valid
     ro = scored(policy, texts, group=3)
     assert ro.verdicts.valid.tolist() == [False, False, False, True, False, False]
     out = guide(policy, ro, group_size=3, max_new_tokens=64, reward_weights=ACCURACY_FIRST)
@@ -41,7 +71,7 @@ def test_guidance_replaces_the_last_sample_of_groups_that_all_failed(policy):
     assert out.verdicts.valid.tolist() == [False, False, True, True, False, False]
     assert out.rewards[2] > out.rewards[:2].max()
     answer = policy.tokenizer(BOARDS[0]["plan"] + IM_END, add_special_tokens=False)["input_ids"]
-    assert out.lengths[2] == len(answer) and out.completion_ids[2, :len(answer)].tolist() == answer
+    assert out.lengths[2] == len(answer) and out.completion_ids[2, : len(answer)].tolist() == answer
     assert out.completion_mask[2].sum() == len(answer) and out.logprobs[2].sum() == 0
     np.testing.assert_array_equal(out.prompt_ids, ro.prompt_ids)
 

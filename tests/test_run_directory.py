@@ -1,6 +1,7 @@
 """The run directory is the record (t2t_jax/rundir.py): a fresh start refuses an existing run
 before touching it, config.json is written once, a resume refuses changes to the run's maths
 unless allowed (and records them), one process per directory."""
+
 import json
 import os
 import subprocess
@@ -53,8 +54,11 @@ def test_a_failed_fresh_start_leaves_nothing(tmp_path):
 def test_resume_refuses_a_change_to_the_maths_and_names_the_fields(tmp_path):
     workdir = str(tmp_path / "run")
     rundir.open_run(workdir, config()).close()
-    with pytest.raises(rundir.RunDirError, match=r"changes the run's maths: grpo.steps: 2 -> 7; seed: 0 -> 3\. .*"
-                                                 r"--allow_changes=grpo.steps,seed"):
+    with pytest.raises(
+        rundir.RunDirError,
+        match=r"changes the run's maths: grpo.steps: 2 -> 7; seed: 0 -> 3\. .*"
+        r"--allow_changes=grpo.steps,seed",
+    ):
         rundir.open_run(workdir, config(seed=3, grpo__steps=7), resume=True)
     with pytest.raises(rundir.RunDirError, match="model.preset: 'tiny' -> 'qwen3-0.6b'"):
         rundir.open_run(workdir, config(model__preset="qwen3-0.6b"), resume=True)
@@ -62,8 +66,7 @@ def test_resume_refuses_a_change_to_the_maths_and_names_the_fields(tmp_path):
     # Not the maths (the stage count, the evaluation): accepted and recorded.
     rundir.open_run(workdir, config(stages=4), resume=True).close()
     # Allowed: accepted and recorded; config.json stays the config the run began with.
-    rundir.open_run(workdir, config(stages=4, grpo__control="shuffle"), resume=True,
-                    allow=["grpo.control"]).close()
+    rundir.open_run(workdir, config(stages=4, grpo__control="shuffle"), resume=True, allow=["grpo.control"]).close()
     history = rundir.read_history(workdir)
     assert [h["changes"] for h in history] == [{"stages": [2, 4]}, {"grpo.control": ["none", "shuffle"]}]
     assert history[1]["allowed"] == ["grpo.control"]
@@ -84,9 +87,22 @@ def test_a_second_process_on_the_same_directory_refuses_at_once(tmp_path):
     try:
         with pytest.raises(rundir.RunDirError, match="in use by another process"):
             rundir.open_run(str(workdir), config(), resume=True)
-        out = subprocess.run([sys.executable, "-m", "launch.main", "--config=configs/stage.py:smoke",
-                              f"--workdir={workdir}", "--resume", "--noprogress"], cwd=ROOT, env=ENV,
-                             capture_output=True, text=True, timeout=300)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "launch.main",
+                "--config=configs/stage.py:smoke",
+                f"--workdir={workdir}",
+                "--resume",
+                "--noprogress",
+            ],
+            cwd=ROOT,
+            env=ENV,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert out.returncode == 2 and out.stderr.strip().splitlines()[-1].startswith("error: ")
         assert "in use by another process" in out.stderr and "Traceback" not in out.stderr
     finally:

@@ -1,4 +1,5 @@
 """SFT targets and batches: canonical plans stay certified optima; answers are masked right."""
+
 import jax
 import numpy as np
 import pytest
@@ -48,13 +49,18 @@ def test_sft_batch_masks_the_answer_and_its_end_token():
     tok = load_tokenizer()
     model = qwen3.Qwen3(qwen3.PRESETS["tiny"], rngs=nnx.Rngs(0))
     policy = Policy(Sampler(model, stop_ids(tok), tok.pad_token_id), tok, style="offsets")
-    board = {"size": 3, "holes": [], "starts": [[0, 0], [2, 2]], "goals": [[0, 1], [2, 1]],
-             "plan": "Agent 0: RIGHT\nAgent 1: LEFT"}
+    board = {
+        "size": 3,
+        "holes": [],
+        "starts": [[0, 0], [2, 2]],
+        "goals": [[0, 1], [2, 1]],
+        "plan": "Agent 0: RIGHT\nAgent 1: LEFT",
+    }
     batch = sft.sft_batch(policy, [board, board], answer_length=40)
     ids = tok(board["plan"] + IM_END, add_special_tokens=False)["input_ids"]
     assert batch["completion_mask"][0].sum() == len(ids)
-    assert batch["completion_ids"][0, :len(ids)].tolist() == ids
-    assert (batch["completion_ids"][0, len(ids):] == tok.pad_token_id).all()
+    assert batch["completion_ids"][0, : len(ids)].tolist() == ids
+    assert (batch["completion_ids"][0, len(ids) :] == tok.pad_token_id).all()
     assert batch["prompt_mask"][0, -1] and batch["prompt_ids"].shape[1] % 64 == 0
     short = sft.sft_batch(policy, [board], answer_length=3)
     assert short["completion_mask"].sum() == 3

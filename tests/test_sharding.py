@@ -1,4 +1,5 @@
 """Sharding on 8 fake CPU devices, in a subprocess (the device count is fixed at JAX import)."""
+
 import os
 import subprocess
 import sys
@@ -10,8 +11,7 @@ from t2t_jax.sharding import make_mesh
 
 def test_sharded_logits_and_samples_equal_single_device(tmp_path):
     script = os.path.join(os.path.dirname(__file__), "sharded_check.py")
-    out = subprocess.run([sys.executable, script, str(tmp_path / "ckpt")], capture_output=True, text=True,
-                         timeout=600)
+    out = subprocess.run([sys.executable, script, str(tmp_path / "ckpt")], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count("ok ") == 5
 

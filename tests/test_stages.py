@@ -1,6 +1,7 @@
 """The whole loop with the shrunken embedded default (`configs/stage.py:smoke`): stages run,
 proposals are recorded, the tables are written, and a run killed mid-stage (SIGKILL) or
 preempted (SIGTERM) resumes to the same parameters as an uninterrupted run."""
+
 import json
 import os
 import signal
@@ -27,8 +28,16 @@ def compilation_cache(tmp_path_factory):
 
 
 def launch(workdir, *extra, wait=True):
-    cmd = [sys.executable, "-m", "launch.main", "--config=configs/stage.py:smoke", f"--workdir={workdir}",
-           "--noprogress", f"--config.compilation_cache={CACHE}", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "launch.main",
+        "--config=configs/stage.py:smoke",
+        f"--workdir={workdir}",
+        "--noprogress",
+        f"--config.compilation_cache={CACHE}",
+        *extra,
+    ]
     if not wait:
         return subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
@@ -38,6 +47,7 @@ def launch(workdir, *extra, wait=True):
 
 def final_params(workdir):
     from t2t_jax.stages import StageRunner
+
     return jax.tree.map(np.asarray, StageRunner.from_workdir(str(workdir)).latest_params())
 
 
@@ -54,7 +64,8 @@ def test_full_run_writes_everything(run):
     for r in results:
         assert 0 <= r["valid"] <= 1 and 0 <= r["optimal"] <= r["valid"] + 1e-9
         assert {(c["agents"], c["size"]) for c in r["cells"]} == (
-            {(3, n) for n in range(3, 11)} | {(4, n) for n in range(4, 11)} | {(5, n) for n in range(5, 11)})
+            {(3, n) for n in range(3, 11)} | {(4, n) for n in range(4, 11)} | {(5, n) for n in range(5, 11)}
+        )
     assert results[0]["boards"] == results[-1]["boards"]  # first and last: the same boards
     assert all(len(r["board_valid"]) == r["boards"] for r in results)
     change = results[-1]["vs_first"]
@@ -79,10 +90,27 @@ def test_full_run_writes_everything(run):
     acc = EventAccumulator(str(workdir / "tb"))
     acc.Reload()
     tags = acc.Tags()
-    for tag in ("reward/valid", "reward/format", "selected/valid", "selected/total", "train/kl", "train/clip_low",
-                "train/entropy", "train/grad_norm", "train/learning_rate", "train/tokens_per_s",
-                "train/sampler_logratio", "train/sampler_logratio_max", "train/informative_groups", "train/no_signal",
-                "completion/mean_tokens", "bucket_0/valid", "benchmark/valid", "monitor/avg_valid", "sft/nll"):
+    for tag in (
+        "reward/valid",
+        "reward/format",
+        "selected/valid",
+        "selected/total",
+        "train/kl",
+        "train/clip_low",
+        "train/entropy",
+        "train/grad_norm",
+        "train/learning_rate",
+        "train/tokens_per_s",
+        "train/sampler_logratio",
+        "train/sampler_logratio_max",
+        "train/informative_groups",
+        "train/no_signal",
+        "completion/mean_tokens",
+        "bucket_0/valid",
+        "benchmark/valid",
+        "monitor/avg_valid",
+        "sft/nll",
+    ):
         assert tag in tags["scalars"], tag
     assert "samples" in tags["tensors"] and "engineer/proposal" in tags["tensors"]
     assert "failures" in tags["images"]
@@ -98,10 +126,22 @@ def test_sampler_and_trainer_log_probs_agree(run):
 
 def test_existing_workdir_needs_resume(run):
     workdir, _ = run
-    out = subprocess.run([sys.executable, "-m", "launch.main", "--config=configs/stage.py:smoke",
-                          f"--workdir={workdir}", "--noprogress", f"--config.compilation_cache={CACHE}"],
-                         cwd=ROOT, env=ENV, capture_output=True,
-                         text=True, timeout=600)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "launch.main",
+            "--config=configs/stage.py:smoke",
+            f"--workdir={workdir}",
+            "--noprogress",
+            f"--config.compilation_cache={CACHE}",
+        ],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode != 0 and "pass --resume" in out.stderr
 
 
@@ -110,20 +150,50 @@ def test_kl_run_resumes_from_an_sft_checkpoint_and_a_changed_beta_is_named(tmp_p
     """With grpo.beta > 0 the reference params join the checkpoints at the GRPO phase: a resume
     from an SFT checkpoint restores without them, and a resume that changes beta says so."""
     import shutil
+
     launch(tmp_path, "--config.grpo.beta=0.04", "--config.stages=0")  # checkpoints 1 (SFT step 1), 2 (warm)
     shutil.rmtree(tmp_path / "checkpoints" / "2")
     stdout = launch(tmp_path, "--resume", "--config.grpo.beta=0.04", "--config.stages=1")
     assert "resumed from checkpoint 1: phase sft" in stdout and "=== stage 0" in stdout
-    out = subprocess.run([sys.executable, "-m", "launch.main", "--config=configs/stage.py:smoke",
-                          f"--workdir={tmp_path}", "--noprogress", f"--config.compilation_cache={CACHE}",
-                          "--resume", "--config.stages=2"], cwd=ROOT, env=ENV, capture_output=True, text=True,
-                         timeout=600)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "launch.main",
+            "--config=configs/stage.py:smoke",
+            f"--workdir={tmp_path}",
+            "--noprogress",
+            f"--config.compilation_cache={CACHE}",
+            "--resume",
+            "--config.stages=2",
+        ],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 2 and "changes the run's maths: grpo.beta: 0.04 -> 0.0" in out.stderr, out.stderr[-3000:]
     # Allowed explicitly, the checkpoint itself still refuses: it holds no reference model for beta = 0.
-    out = subprocess.run([sys.executable, "-m", "launch.main", "--config=configs/stage.py:smoke",
-                          f"--workdir={tmp_path}", "--noprogress", f"--config.compilation_cache={CACHE}",
-                          "--resume", "--config.stages=2", "--allow_changes=grpo.beta"], cwd=ROOT, env=ENV,
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "launch.main",
+            "--config=configs/stage.py:smoke",
+            f"--workdir={tmp_path}",
+            "--noprogress",
+            f"--config.compilation_cache={CACHE}",
+            "--resume",
+            "--config.stages=2",
+            "--allow_changes=grpo.beta",
+        ],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode != 0 and "grpo.beta: 0.0 on resume" in out.stderr, out.stderr[-3000:]
 
 
@@ -156,9 +226,24 @@ def test_sigkill_mid_stage_then_resume_equals_uninterrupted(run, tmp_path):
 def test_eval_cli_on_the_run(run, tmp_path):
     workdir, _ = run
     before = {os.path.join(r, p): os.path.getmtime(os.path.join(r, p)) for r, _, fs in os.walk(workdir) for p in fs}
-    out = subprocess.run([sys.executable, "-m", "launch.eval", f"--run={workdir}", "--per_cell=1",
-                          f"--out={tmp_path}", "--batch_size=32", "--samples=2", "--temperature=0.7"],
-                         cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "launch.eval",
+            f"--run={workdir}",
+            "--per_cell=1",
+            f"--out={tmp_path}",
+            "--batch_size=32",
+            "--samples=2",
+            "--temperature=0.7",
+        ],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     assert summary["boards"] == 21 and os.path.exists(summary["md"])
@@ -167,9 +252,17 @@ def test_eval_cli_on_the_run(run, tmp_path):
     assert 0 <= summary["avg@2_valid"] <= summary["pass@2_valid"] <= 1
     assert "| avg@2 acc. |" in open(summary["md"]).read()
     # Reading the run wrote nothing into it (no config.json rewrite, no new event file).
-    assert {os.path.join(r, p): os.path.getmtime(os.path.join(r, p)) for r, _, fs in os.walk(workdir) for p in fs} == before
-    bad = subprocess.run([sys.executable, "-m", "launch.eval", f"--run={workdir}", "--samples=2", "--top_p=1.5"],
-                         cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+    assert {
+        os.path.join(r, p): os.path.getmtime(os.path.join(r, p)) for r, _, fs in os.walk(workdir) for p in fs
+    } == before
+    bad = subprocess.run(
+        [sys.executable, "-m", "launch.eval", f"--run={workdir}", "--samples=2", "--top_p=1.5"],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert bad.returncode != 0 and "--top_p 1.5 must be" in bad.stderr
 
 

@@ -1,5 +1,6 @@
 """launch.study: arms from the command line, the summary's statistics, the report, and (slow) a
 whole study of the smoke config resumed after an interruption."""
+
 import json
 import os
 import subprocess
@@ -15,10 +16,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def test_parse_arms():
     arms = study.parse_arms("grpo,shuffle,frontier,fast:optim.learning_rate=3e-4+grpo.steps=4")
-    assert arms == {"grpo": (), "shuffle": ("grpo.control=shuffle",), "frontier": ("engineer.kind=frontier",),
-                    "fast": ("optim.learning_rate=3e-4", "grpo.steps=4")}
-    for bad, message in (("grpo,grpo", "appears twice"), ("nonsense", "is not one of"), ("", "no arm"),
-                         ("x:steps", "key=value"), ("warm_start:seed=1", "not warm_start"), ("a b:x=1", "letters")):
+    assert arms == {
+        "grpo": (),
+        "shuffle": ("grpo.control=shuffle",),
+        "frontier": ("engineer.kind=frontier",),
+        "fast": ("optim.learning_rate=3e-4", "grpo.steps=4"),
+    }
+    for bad, message in (
+        ("grpo,grpo", "appears twice"),
+        ("nonsense", "is not one of"),
+        ("", "no arm"),
+        ("x:steps", "key=value"),
+        ("warm_start:seed=1", "not warm_start"),
+        ("a b:x=1", "letters"),
+    ):
         with pytest.raises(ValueError, match=message):
             study.parse_arms(bad)
 
@@ -26,19 +37,28 @@ def test_parse_arms():
 def run_results(rng, warm_counts, gain, boards=40, k=4):
     """A fake results.json: the warm start, then a last stage whose monitor counts rose by `gain`."""
     end = np.clip(warm_counts + rng.binomial(1, gain, boards) * rng.integers(0, 3, boards), 0, k)
+
     def point(name, counts):
         valid = "".join("1" if c >= 2 else "0" for c in counts)
-        return {"point": name, "boards": boards, "valid": valid.count("1") / boards, "optimal": 0.0,
-                "board_valid": valid, "monitor": {"k": k, "avg_valid": float(counts.mean() / k),
-                                                  "board_valid_counts": counts.tolist()}}
+        return {
+            "point": name,
+            "boards": boards,
+            "valid": valid.count("1") / boards,
+            "optimal": 0.0,
+            "board_valid": valid,
+            "monitor": {"k": k, "avg_valid": float(counts.mean() / k), "board_valid_counts": counts.tolist()},
+        }
+
     return [point("warm_start", warm_counts), point("stage_2", end)]
 
 
 def test_summary_pairs_arms_on_the_same_boards(tmp_path):
     rng = np.random.default_rng(0)
     warm = {s: rng.integers(0, 3, 40) for s in (0, 1, 2)}
-    results = {"grpo": {s: run_results(rng, warm[s], 0.9) for s in warm},
-               "shuffle": {s: run_results(rng, warm[s], 0.0) for s in warm}}
+    results = {
+        "grpo": {s: run_results(rng, warm[s], 0.9) for s in warm},
+        "shuffle": {s: run_results(rng, warm[s], 0.0) for s in warm},
+    }
     summary = study.summarize(results, "grpo")
     g, c = summary["arms"]["grpo"], summary["arms"]["shuffle"]
     assert g["monitor_gain"]["mean"] > 0.1 and c["monitor_gain"]["mean"] == 0
@@ -60,8 +80,17 @@ def test_summary_pairs_arms_on_the_same_boards(tmp_path):
 
 
 def study_cmd(workdir, *extra):
-    return [sys.executable, "-m", "launch.study", "--config=configs/stage.py:smoke", "--arms=grpo,shuffle",
-            "--seeds=0", f"--workdir={workdir}", "--config.stages=1", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "launch.study",
+        "--config=configs/stage.py:smoke",
+        "--arms=grpo,shuffle",
+        "--seeds=0",
+        f"--workdir={workdir}",
+        "--config.stages=1",
+        *extra,
+    ]
 
 
 def test_dry_run_lists_the_runs(tmp_path):
@@ -72,13 +101,21 @@ def test_dry_run_lists_the_runs(tmp_path):
     assert "--resume" in lines[2] and lines[2].endswith("--config.grpo.control=shuffle")
     assert all("--config.stages=1" in line for line in lines)
     # Two seeds: the warm starts first, then each arm over the seeds.
-    out = subprocess.run(study_cmd(tmp_path, "--dry_run", "--seeds=0,1"), cwd=ROOT, capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(
+        study_cmd(tmp_path, "--dry_run", "--seeds=0,1"), cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     order = [(line.split("--workdir=")[1].split()[0].split("/")[-2:]) for line in out.stdout.splitlines()]
-    assert order == [["warm_start", "seed_0"], ["warm_start", "seed_1"], ["grpo", "seed_0"], ["grpo", "seed_1"],
-                     ["shuffle", "seed_0"], ["shuffle", "seed_1"]], order
-    bad = subprocess.run(study_cmd(tmp_path, "--arms=grpo,bogus"), cwd=ROOT, capture_output=True, text=True,
-                         timeout=120)
+    assert order == [
+        ["warm_start", "seed_0"],
+        ["warm_start", "seed_1"],
+        ["grpo", "seed_0"],
+        ["grpo", "seed_1"],
+        ["shuffle", "seed_0"],
+        ["shuffle", "seed_1"],
+    ], order
+    bad = subprocess.run(
+        study_cmd(tmp_path, "--arms=grpo,bogus"), cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert bad.returncode != 0 and "'bogus' is not one of" in bad.stderr
 
 
@@ -86,8 +123,9 @@ def test_dry_run_lists_the_runs(tmp_path):
 def test_smoke_study_runs_and_resumes(tmp_path):
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     cache = f"--config.compilation_cache={tmp_path / 'cache'}"
-    out = subprocess.run(study_cmd(tmp_path / "s", cache), cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=1500)
+    out = subprocess.run(
+        study_cmd(tmp_path / "s", cache), cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     summary = json.load(open(tmp_path / "s" / "study.json"))
     assert set(summary["arms"]) == {"grpo", "shuffle"} and summary["seeds"] == [0]
@@ -96,6 +134,7 @@ def test_smoke_study_runs_and_resumes(tmp_path):
         assert [r["point"] for r in results] == ["warm_start", "stage_0"]
     warm = json.load(open(tmp_path / "s" / "warm_start" / "seed_0" / "results.json"))
     assert results[0] == warm[0]  # the arms start from the shared warm start
-    again = subprocess.run(study_cmd(tmp_path / "s", cache), cwd=ROOT, env=env, capture_output=True, text=True,
-                           timeout=600)
+    again = subprocess.run(
+        study_cmd(tmp_path / "s", cache), cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
     assert again.returncode == 0 and again.stdout.count("finished before, kept") == 3

@@ -1,5 +1,6 @@
 """The train step: exact gradient accumulation, the NaN guard, sharded/multi-host equivalence,
 and a small real learning test (GRPO raises a toy reward)."""
+
 import os
 import socket
 import subprocess
@@ -16,30 +17,49 @@ from t2t_jax.rl import grpo
 from t2t_jax.rl.trainer import Trainer, TrainingError
 from t2t_jax.sampling import Sampler
 
-CONFIG = qwen3.Qwen3Config(vocab_size=16, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                           num_attention_heads=4, num_key_value_heads=2, head_dim=8)
+CONFIG = qwen3.Qwen3Config(
+    vocab_size=16,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+)
 HERE = os.path.dirname(__file__)
 
 
 def settings(loss_type="dapo", micro_batches=1, lr=1e-2, beta=0.0, share_prompts=False, group_size=4):
-    return mlc.ConfigDict(dict(
-        optim=dict(learning_rate=lr, warmup_steps=0, decay_steps=100, end_lr_fraction=1.0, b1=0.9, b2=0.99,
-                   weight_decay=0.0, max_grad_norm=10.0),
-        train=dict(micro_batches=micro_batches, max_bad_steps=2, logprob_chunk=3,
-                   share_prompts=share_prompts),
-        rollout=dict(temperature=1.0),
-        grpo=dict(loss_type=loss_type, epsilon_low=0.2, epsilon_high=0.28, beta=beta, group_size=group_size)))
+    return mlc.ConfigDict(
+        dict(
+            optim=dict(
+                learning_rate=lr,
+                warmup_steps=0,
+                decay_steps=100,
+                end_lr_fraction=1.0,
+                b1=0.9,
+                b2=0.99,
+                weight_decay=0.0,
+                max_grad_norm=10.0,
+            ),
+            train=dict(micro_batches=micro_batches, max_bad_steps=2, logprob_chunk=3, share_prompts=share_prompts),
+            rollout=dict(temperature=1.0),
+            grpo=dict(loss_type=loss_type, epsilon_low=0.2, epsilon_high=0.28, beta=beta, group_size=group_size),
+        )
+    )
 
 
 def batch(rows=8, seed=0):
     rng = np.random.default_rng(seed)
-    return {"prompt_ids": rng.integers(0, 16, (rows, 5)).astype(np.int32),
-            "prompt_mask": np.arange(5)[None] >= rng.integers(0, 3, rows)[:, None],
-            "completion_ids": rng.integers(0, 16, (rows, 6)).astype(np.int32),
-            "completion_mask": np.arange(6)[None] < rng.integers(1, 7, rows)[:, None],
-            "advantages": rng.normal(size=rows).astype(np.float32),
-            "old_logps": -rng.uniform(1, 4, (rows, 6)).astype(np.float32),
-            "ref_logps": -rng.uniform(1, 4, (rows, 6)).astype(np.float32)}
+    return {
+        "prompt_ids": rng.integers(0, 16, (rows, 5)).astype(np.int32),
+        "prompt_mask": np.arange(5)[None] >= rng.integers(0, 3, rows)[:, None],
+        "completion_ids": rng.integers(0, 16, (rows, 6)).astype(np.int32),
+        "completion_mask": np.arange(6)[None] < rng.integers(1, 7, rows)[:, None],
+        "advantages": rng.normal(size=rows).astype(np.float32),
+        "old_logps": -rng.uniform(1, 4, (rows, 6)).astype(np.float32),
+        "ref_logps": -rng.uniform(1, 4, (rows, 6)).astype(np.float32),
+    }
 
 
 def one_update(cfg, loss="grpo", data=None):
@@ -48,8 +68,10 @@ def one_update(cfg, loss="grpo", data=None):
     return jax.tree.map(np.asarray, state.params), metrics
 
 
-@pytest.mark.parametrize("loss_type", ["grpo", pytest.param("dr_grpo", marks=pytest.mark.slow), "dapo",
-                                       pytest.param("sft", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "loss_type",
+    ["grpo", pytest.param("dr_grpo", marks=pytest.mark.slow), "dapo", pytest.param("sft", marks=pytest.mark.slow)],
+)
 def test_gradient_accumulation_equals_full_batch(loss_type):
     loss = "sft" if loss_type == "sft" else "grpo"
     full, m1 = one_update(settings("dapo" if loss == "sft" else loss_type, 1, beta=0.04), loss)
@@ -77,8 +99,11 @@ def test_shared_prompts_give_the_same_logprobs_and_update():
     full, shared = Trainer(model, full_cfg), Trainer(model, shared_cfg)
     assert (full.group, shared.group) == (1, 4)
     arrays = full.shard(data)
-    np.testing.assert_allclose(np.asarray(shared.logprobs(shared.initial_params, arrays)),
-                               np.asarray(full.logprobs(full.initial_params, arrays)), atol=2e-5)
+    np.testing.assert_allclose(
+        np.asarray(shared.logprobs(shared.initial_params, arrays)),
+        np.asarray(full.logprobs(full.initial_params, arrays)),
+        atol=2e-5,
+    )
     p_full, m_full = one_update(full_cfg, data=data)
     p_shared, m_shared = one_update(shared_cfg, data=data)
     np.testing.assert_allclose(float(m_shared["loss"]), float(m_full["loss"]), rtol=1e-5)
@@ -126,23 +151,30 @@ def test_grpo_raises_a_toy_reward():
     mask = np.ones_like(prompts, bool)
     means = []
     for step in range(25):
-        out = sampler.generate(prompts, mask, max_new_tokens=6, temperature=1.0, n=8, seed=step,
-                               params=state.params)
+        out = sampler.generate(prompts, mask, max_new_tokens=6, temperature=1.0, n=8, seed=step, params=state.params)
         tokens, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
         comp = np.arange(6)[None] < lengths[:, None]
         reward = ((tokens == 7) & comp).sum(1) / np.maximum(lengths, 1)
         means.append(reward.mean())
-        data = {"prompt_ids": np.repeat(prompts, 8, 0), "prompt_mask": np.repeat(mask, 8, 0),
-                "completion_ids": tokens, "completion_mask": comp,
-                "advantages": np.asarray(grpo.group_advantages(reward, 8))}
+        data = {
+            "prompt_ids": np.repeat(prompts, 8, 0),
+            "prompt_mask": np.repeat(mask, 8, 0),
+            "completion_ids": tokens,
+            "completion_mask": comp,
+            "advantages": np.asarray(grpo.group_advantages(reward, 8)),
+        }
         state, _ = trainer.update(state, trainer.shard(data))
     assert np.mean(means[-5:]) > np.mean(means[:5]) + 0.2, means
 
 
 @pytest.mark.slow
 def test_sharded_update_equals_single_device(tmp_path):
-    out = subprocess.run([sys.executable, os.path.join(HERE, "train_check.py"), "sharded",
-                          str(tmp_path / "single.npz")], capture_output=True, text=True, timeout=900)
+    out = subprocess.run(
+        [sys.executable, os.path.join(HERE, "train_check.py"), "sharded", str(tmp_path / "single.npz")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert out.returncode == 0, out.stdout + out.stderr[-3000:]
     assert out.stdout.count("ok ") == 5
 
@@ -158,13 +190,23 @@ def test_two_process_run_equals_single_process(tmp_path):
     """Two processes on localhost (jax.distributed, gloo), 2 fake devices each, fsdp over all 4:
     the same params as one process on one device."""
     single = tmp_path / "single.npz"
-    out = subprocess.run([sys.executable, os.path.join(HERE, "train_check.py"), "sharded", str(single)],
-                         capture_output=True, text=True, timeout=900)
+    out = subprocess.run(
+        [sys.executable, os.path.join(HERE, "train_check.py"), "sharded", str(single)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     port, multi = _free_port(), tmp_path / "multi.npz"
-    procs = [subprocess.Popen([sys.executable, os.path.join(HERE, "train_check.py"), "multihost", str(port),
-                               str(i), "2", str(multi)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, os.path.join(HERE, "train_check.py"), "multihost", str(port), str(i), "2", str(multi)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
     outs = [p.communicate(timeout=600) for p in procs]
     assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
     assert "ok multihost 4 devices" in outs[0][0]
@@ -178,6 +220,7 @@ def test_first_update_of_a_warmup_schedule_moves():
     """optax's warmup is 0 at count 0; the schedule is read one count ahead, so update 0 of
     every schedule (SFT and GRPO) runs at learning_rate / warmup_steps, not 0."""
     from t2t_jax.rl.trainer import learning_rate_schedule
+
     cfg = settings(lr=1e-3)
     cfg.optim.update(warmup_steps=4, decay_steps=20, end_lr_fraction=0.1)
     schedule = learning_rate_schedule(cfg.optim)
@@ -202,8 +245,9 @@ def test_update_reports_the_sampler_to_trainer_log_ratio():
         sampled = np.ones(8, bool)
         if guided is not None:
             shift[guided], sampled[guided] = 7.0, False
-        _, metrics = trainer.update(trainer.init(), trainer.shard({**data, "sampler_logps": exact - shift,
-                                                                   "sampled": sampled}))
+        _, metrics = trainer.update(
+            trainer.init(), trainer.shard({**data, "sampler_logps": exact - shift, "sampled": sampled})
+        )
         mask = data["completion_mask"] & sampled[:, None]
         assert float(metrics["sampler_logratio_max"]) == pytest.approx(0.5, abs=1e-4)
         assert float(metrics["sampler_logratio"]) == pytest.approx(0.5 * mask[3].sum() / mask.sum(), abs=1e-4)

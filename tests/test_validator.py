@@ -1,17 +1,30 @@
 """The jitted validator against the plain-Python reference simulator."""
-import numpy as np
-import pytest
-from hypothesis import given, strategies as st
 
+import pytest
 from conftest import make_board
+from hypothesis import given
+from hypothesis import strategies as st
+
 from t2t_jax.env import io, reference
 from t2t_jax.env.types import ACTION_NAMES, ParseStatus
 from t2t_jax.env.validator import validate
 
 S, A, T = 6, 5, 16
-SCALARS = ("valid", "optimal", "makespan", "all_goals_reached", "has_illegal_moves",
-           "out_of_bounds", "hole", "vertex_collision", "edge_collision", "missing_agent",
-           "unknown_agent", "first_violation_step", "sum_of_costs")
+SCALARS = (
+    "valid",
+    "optimal",
+    "makespan",
+    "all_goals_reached",
+    "has_illegal_moves",
+    "out_of_bounds",
+    "hole",
+    "vertex_collision",
+    "edge_collision",
+    "missing_agent",
+    "unknown_agent",
+    "first_violation_step",
+    "sum_of_costs",
+)
 
 
 def run(boards, plans, extra=None, statuses=None, max_agents=A, horizon=T):
@@ -26,7 +39,7 @@ def check_against_reference(board, plan, extra=False):
     ref = reference.simulate(board, plan, extra_agents=extra)
     for name in SCALARS:
         assert ours[name] == ref[name], (name, ours[name], ref[name], board, plan)
-    assert ours["goal_reached"][:len(board["starts"])] == ref["goal_reached"]
+    assert ours["goal_reached"][: len(board["starts"])] == ref["goal_reached"]
     return ours
 
 
@@ -64,7 +77,7 @@ def plans(draw, board):
         elif kind == "leave":
             out.append(greedy + [draw(st.sampled_from(ACTION_NAMES[1:]))])
         elif kind == "short":
-            out.append(greedy[:draw(st.integers(0, max(len(greedy) - 1, 0)))])
+            out.append(greedy[: draw(st.integers(0, max(len(greedy) - 1, 0)))])
         elif kind == "missing":
             out.append(None)
         else:
@@ -106,8 +119,9 @@ def test_swap_is_an_edge_collision():
 
 
 def test_rotation_of_four_is_allowed():
-    board = make_board(3, starts=[(0, 0), (0, 1), (1, 1), (1, 0)],
-                       goals=[(0, 1), (1, 1), (1, 0), (0, 0)], optimal_makespan=1)
+    board = make_board(
+        3, starts=[(0, 0), (0, 1), (1, 1), (1, 0)], goals=[(0, 1), (1, 1), (1, 0), (0, 0)], optimal_makespan=1
+    )
     v = check_against_reference(board, [["RIGHT"], ["DOWN"], ["LEFT"], ["UP"]])
     assert v["valid"] and v["optimal"] and not v["edge_collision"]
 

@@ -6,6 +6,7 @@ starts). Modes:
   multihost PORT PID NPROC OUT  one of NPROC processes (2 fake devices each) of a
                                 jax.distributed run over localhost; process 0 writes the params
 """
+
 import os
 import sys
 
@@ -16,8 +17,7 @@ import jax  # noqa: E402
 
 if MODE == "multihost":
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(f"127.0.0.1:{sys.argv[2]}", num_processes=int(sys.argv[4]),
-                               process_id=int(sys.argv[3]))
+    jax.distributed.initialize(f"127.0.0.1:{sys.argv[2]}", num_processes=int(sys.argv[4]), process_id=int(sys.argv[3]))
 
 import ml_collections as mlc  # noqa: E402
 import numpy as np  # noqa: E402
@@ -27,14 +27,32 @@ from t2t_jax import sharding  # noqa: E402
 from t2t_jax.models import qwen3  # noqa: E402
 from t2t_jax.rl.trainer import Trainer  # noqa: E402
 
-CONFIG = qwen3.Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                           num_attention_heads=4, num_key_value_heads=2, head_dim=8)
-TRAIN = mlc.ConfigDict(dict(
-    optim=dict(learning_rate=1e-2, warmup_steps=1, decay_steps=10, end_lr_fraction=0.1, b1=0.9, b2=0.99,
-               weight_decay=0.01, max_grad_norm=1.0),
-    train=dict(micro_batches=2, max_bad_steps=3, logprob_chunk=4),
-    rollout=dict(temperature=1.0),
-    grpo=dict(loss_type="dapo", epsilon_low=0.2, epsilon_high=0.28, beta=0.0, group_size=2)))
+CONFIG = qwen3.Qwen3Config(
+    vocab_size=64,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+)
+TRAIN = mlc.ConfigDict(
+    dict(
+        optim=dict(
+            learning_rate=1e-2,
+            warmup_steps=1,
+            decay_steps=10,
+            end_lr_fraction=0.1,
+            b1=0.9,
+            b2=0.99,
+            weight_decay=0.01,
+            max_grad_norm=1.0,
+        ),
+        train=dict(micro_batches=2, max_bad_steps=3, logprob_chunk=4),
+        rollout=dict(temperature=1.0),
+        grpo=dict(loss_type="dapo", epsilon_low=0.2, epsilon_high=0.28, beta=0.0, group_size=2),
+    )
+)
 
 
 def batch(rows=8, grouped=False):
@@ -46,10 +64,14 @@ def batch(rows=8, grouped=False):
     prompts = rng.integers(0, 64, (rows, 6)).astype(np.int32)
     if grouped:
         prompts = np.repeat(prompts[::2], 2, 0)
-    return {"prompt_ids": prompts, "prompt_mask": mask,
-            "completion_ids": rng.integers(0, 64, (rows, 5)).astype(np.int32), "completion_mask": comp,
-            "advantages": rng.normal(size=rows).astype(np.float32),
-            "old_logps": -rng.uniform(2, 6, (rows, 5)).astype(np.float32)}
+    return {
+        "prompt_ids": prompts,
+        "prompt_mask": mask,
+        "completion_ids": rng.integers(0, 64, (rows, 5)).astype(np.int32),
+        "completion_mask": comp,
+        "advantages": rng.normal(size=rows).astype(np.float32),
+        "old_logps": -rng.uniform(2, 6, (rows, 5)).astype(np.float32),
+    }
 
 
 def train(mesh, rows_of_this_process, steps=3, share_prompts=False, grouped=False):
@@ -67,8 +89,9 @@ def train(mesh, rows_of_this_process, steps=3, share_prompts=False, grouped=Fals
 
 
 def flat(params):
-    return {jax.tree_util.keystr(k): np.asarray(jax.device_get(v)) for k, v in
-            jax.tree_util.tree_leaves_with_path(params)}
+    return {
+        jax.tree_util.keystr(k): np.asarray(jax.device_get(v)) for k, v in jax.tree_util.tree_leaves_with_path(params)
+    }
 
 
 def main():
@@ -95,10 +118,17 @@ def main():
     mesh = sharding.make_mesh({"fsdp": -1})
     rows = 8 // nproc
     state, loss = train(mesh, slice(pid * rows, (pid + 1) * rows))
-    gathered = jax.jit(lambda p: p, out_shardings=jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))(state.params)
+    gathered = jax.jit(lambda p: p, out_shardings=jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))(
+        state.params
+    )
     if pid == 0:
-        np.savez(out, **{k: np.asarray(v.addressable_data(0)) for k, v in
-                         ((jax.tree_util.keystr(k), v) for k, v in jax.tree_util.tree_leaves_with_path(gathered))})
+        np.savez(
+            out,
+            **{
+                k: np.asarray(v.addressable_data(0))
+                for k, v in ((jax.tree_util.keystr(k), v) for k, v in jax.tree_util.tree_leaves_with_path(gathered))
+            },
+        )
         print("ok multihost", len(jax.devices()), "devices, loss", loss, flush=True)
 
 

@@ -4,6 +4,7 @@ imports from site-packages, its data files are there, and the repository's own `
 
     cd /tmp && VENV/bin/python REPO/tests/wheel_check.py
 """
+
 import importlib
 import importlib.util
 import os

@@ -1,6 +1,7 @@
 """Defaults shared by every stage-loop config; `configs/stage.py` and `configs/qwen3_4b.py`
 start from `base()` and change what differs. Every field is overridable on the command line:
 `--config.grpo.steps=20`, `--config.engineer.kind=frontier`."""
+
 import json
 
 import ml_collections as mlc
@@ -17,27 +18,48 @@ def base() -> mlc.ConfigDict:
 
     # attn_chunk: query block of memory-efficient attention (0: off); scan_layers: one scanned layer
     # body (False: unrolled; compile time grows with depth), see Qwen3.
-    c.model = mlc.ConfigDict(dict(preset="tiny", checkpoint="", tokenizer="", dtype="float32", remat="none",
-                                  attn_chunk=0, scan_layers=True))
+    c.model = mlc.ConfigDict(
+        dict(preset="tiny", checkpoint="", tokenizer="", dtype="float32", remat="none", attn_chunk=0, scan_layers=True)
+    )
     c.mesh = mlc.ConfigDict()  # axis sizes, e.g. {"data": 1, "fsdp": -1, "tensor": 1}; empty: one device
     c.distributed = mlc.ConfigDict(dict(enabled=False, coordinator_address="", num_processes=-1, process_id=-1))
 
     # The first stage's environment (EnvConfig JSON); the engineer writes the later ones.
-    c.env = mlc.ConfigDict(dict(
-        initial=json.dumps({"max_size": 10, "max_agents": 5, "buckets": [
-            {"size": [3, 5], "agents": 2, "hole_density": [0.0, 0.3], "min_distance": 1}]}),
-        horizon=64, chunk=256))
+    c.env = mlc.ConfigDict(
+        dict(
+            initial=json.dumps(
+                {
+                    "max_size": 10,
+                    "max_agents": 5,
+                    "buckets": [{"size": [3, 5], "agents": 2, "hole_density": [0.0, 0.3], "min_distance": 1}],
+                }
+            ),
+            horizon=64,
+            chunk=256,
+        )
+    )
     c.rewards = mlc.ConfigDict(dict(ACCURACY_FIRST))
 
-    c.rollout = mlc.ConfigDict(dict(max_new_tokens=256, temperature=1.0, top_k=0, top_p=1.0,
-                                    enable_thinking=False, prompt_style="full"))
+    c.rollout = mlc.ConfigDict(
+        dict(max_new_tokens=256, temperature=1.0, top_k=0, top_p=1.0, enable_thinking=False, prompt_style="full")
+    )
     # SFT warm start (off unless steps > 0): AdamW as in `optim`, with its own rate and warmup,
     # cosine-decayed over the SFT steps; boards from `env` (EnvConfig JSON; empty: env.initial);
     # targets "witness" (the solver's plan), "canonical" (the straight plan where it is valid,
     # the witness elsewhere) or "straight" (only the boards whose straight plan is valid), see
     # rl/sft.py; answers cut at answer_length tokens.
-    c.sft = mlc.ConfigDict(dict(steps=0, batch_size=16, boards=4096, env="", learning_rate=1e-4,
-                                warmup_steps=10, targets="witness", answer_length=256))
+    c.sft = mlc.ConfigDict(
+        dict(
+            steps=0,
+            batch_size=16,
+            boards=4096,
+            env="",
+            learning_rate=1e-4,
+            warmup_steps=10,
+            targets="witness",
+            answer_length=256,
+        )
+    )
     # guidance: "witness" / "canonical" puts the certified plan into each group without a valid
     # sample (rl/rollout.py guide); "none" is plain GRPO. old_logprobs: "recompute" (the trainer's,
     # before the first of num_iterations updates) or "sampler" (the sampler's, the same full-softmax
@@ -45,13 +67,37 @@ def base() -> mlc.ConfigDict:
     # (valid / optimal) or "reward" (the total, shaping terms included); groups that fill the
     # batch up when too few differ get advantage 0 (padding, not signal). control: "shuffle"
     # permutes the advantages within each group, the no-signal baseline of a learning claim.
-    c.grpo = mlc.ConfigDict(dict(
-        steps=50, prompts=16, group_size=8, loss_type="dapo", epsilon_low=0.2, epsilon_high=0.28,
-        beta=0.0, scale_rewards="group", num_iterations=1, old_logprobs="recompute",
-        dynamic_sampling=False, dynamic_sampling_rounds=0, informative="accuracy", guidance="none",
-        control="none"))
-    c.optim = mlc.ConfigDict(dict(learning_rate=1e-6, warmup_steps=10, decay_steps=1000, end_lr_fraction=0.1,
-                                  b1=0.9, b2=0.99, weight_decay=0.0, max_grad_norm=1.0))
+    c.grpo = mlc.ConfigDict(
+        dict(
+            steps=50,
+            prompts=16,
+            group_size=8,
+            loss_type="dapo",
+            epsilon_low=0.2,
+            epsilon_high=0.28,
+            beta=0.0,
+            scale_rewards="group",
+            num_iterations=1,
+            old_logprobs="recompute",
+            dynamic_sampling=False,
+            dynamic_sampling_rounds=0,
+            informative="accuracy",
+            guidance="none",
+            control="none",
+        )
+    )
+    c.optim = mlc.ConfigDict(
+        dict(
+            learning_rate=1e-6,
+            warmup_steps=10,
+            decay_steps=1000,
+            end_lr_fraction=0.1,
+            b1=0.9,
+            b2=0.99,
+            weight_decay=0.0,
+            max_grad_norm=1.0,
+        )
+    )
     # share_prompts: a GRPO update runs each board's prompt once for its group of samples. The
     # update's log-probs are at rollout.temperature (one temperature: a mismatch biases the gradient).
     c.train = mlc.ConfigDict(dict(micro_batches=1, max_bad_steps=5, logprob_chunk=256, share_prompts=True))
@@ -60,17 +106,31 @@ def base() -> mlc.ConfigDict:
     # constrained decoding max_tokens = 640 never truncates up to max_edits = 4.
     # reward_guard: a self/base proposal's reward weights stay accuracy-first until the held-out
     # valid rate reaches efficiency_threshold (the paper's rule; False: the proposal's own).
-    c.engineer = mlc.ConfigDict(dict(
-        kind="self", edit_mode="selective", evidence="raw", failure_cases=4, constrained=True,
-        max_tokens=640, temperature=0.7, top_p=0.95, agent_range=(1, 5), max_edits=4,
-        efficiency_threshold=0.6, reward_guard=True))
+    c.engineer = mlc.ConfigDict(
+        dict(
+            kind="self",
+            edit_mode="selective",
+            evidence="raw",
+            failure_cases=4,
+            constrained=True,
+            max_tokens=640,
+            temperature=0.7,
+            top_p=0.95,
+            agent_range=(1, 5),
+            max_edits=4,
+            efficiency_threshold=0.6,
+            reward_guard=True,
+        )
+    )
     # Benchmark evaluation: per_cell boards of each (agents, size) cell at the first and last
     # points (None: all 150), mid_per_cell at the points between; heldout boards per stage.
     # samples > 0 adds avg@k / pass@k (k = samples, at rollout.temperature / top_p) to greedy.
     # monitor: a fixed set of that many boards from env.initial (the same for every seed and arm),
     # scored by avg@monitor_samples at every point: on-distribution learning with a small error.
-    c.eval = mlc.ConfigDict(dict(per_cell=None, mid_per_cell=30, heldout=128, batch_size=64, samples=0,
-                                 monitor=0, monitor_samples=8), type_safe=False)
+    c.eval = mlc.ConfigDict(
+        dict(per_cell=None, mid_per_cell=30, heldout=128, batch_size=64, samples=0, monitor=0, monitor_samples=8),
+        type_safe=False,
+    )
     c.checkpoint = mlc.ConfigDict(dict(every=10, keep=3))
     c.logging = mlc.ConfigDict(dict(text_every=10))
     return c

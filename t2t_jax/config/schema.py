@@ -9,12 +9,14 @@ behaviour), refuses unknown ones, then checks what spans fields (`_cross_checks`
 dividing the batch, the engineer's agents inside the environment, sampler log-probs with
 guidance). `launch.main`, `launch.eval --run` and `launch.study` call it before any work.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import json
 import math
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from t2t_jax.errors import UserError
 
@@ -26,6 +28,7 @@ class ConfigError(UserError, ValueError):
 @dataclasses.dataclass(frozen=True)
 class Spec:
     """A field's type and legal values: `check(value) -> None or the legal values, as text`."""
+
     legal: str
     check: Callable[[Any], bool]
     optional: bool = False  # None is legal too
@@ -53,15 +56,18 @@ def _is_real(v) -> bool:
 
 def integer(lo: int, hi: int | None = None, optional: bool = False) -> Spec:
     legal = f"an integer in [{lo}, {hi}]" if hi is not None else f"an integer >= {lo}"
-    return Spec(legal + (" or None" if optional else ""),
-                lambda v: _is_int(v) and v >= lo and (hi is None or v <= hi), optional)
+    return Spec(
+        legal + (" or None" if optional else ""), lambda v: _is_int(v) and v >= lo and (hi is None or v <= hi), optional
+    )
 
 
 def real(lo: float, hi: float | None = None, lo_open: bool = False, hi_open: bool = False) -> Spec:
     left, right = "(" if lo_open else "[", ")" if hi_open else "]"
     legal = f"a finite number in {left}{lo}, {hi if hi is not None else 'inf'}{right}"
-    return Spec(legal, lambda v: _is_real(v) and (v > lo if lo_open else v >= lo)
-                and (hi is None or (v < hi if hi_open else v <= hi)))
+    return Spec(
+        legal,
+        lambda v: _is_real(v) and (v > lo if lo_open else v >= lo) and (hi is None or (v < hi if hi_open else v <= hi)),
+    )
 
 
 def choice(*values) -> Spec:
@@ -74,6 +80,7 @@ TEXT = Spec("a string", lambda v: isinstance(v, str))
 
 def _env_json(v) -> bool:
     from t2t_jax.env.config import EnvConfig
+
     if not isinstance(v, str):
         return False
     try:
@@ -88,14 +95,21 @@ ENV_JSON = Spec("an EnvConfig JSON string (t2t_jax/env/config.py)", _env_json)
 
 def _agent_range(v) -> bool:
     from t2t_jax.env.config import MAX_AGENT_SLOTS
-    return (isinstance(v, (list, tuple)) and len(v) == 2 and all(_is_int(x) for x in v)
-            and 1 <= v[0] <= v[1] <= MAX_AGENT_SLOTS)
+
+    return (
+        isinstance(v, (list, tuple))
+        and len(v) == 2
+        and all(_is_int(x) for x in v)
+        and 1 <= v[0] <= v[1] <= MAX_AGENT_SLOTS
+    )
 
 
 def _mesh(v) -> bool:
     sizes = dict(v)
-    return (all(isinstance(k, str) and _is_int(s) and (s >= 1 or s == -1) for k, s in sizes.items())
-            and sum(s == -1 for s in sizes.values()) <= 1)
+    return (
+        all(isinstance(k, str) and _is_int(s) and (s >= 1 or s == -1) for k, s in sizes.items())
+        and sum(s == -1 for s in sizes.values()) <= 1
+    )
 
 
 def _fields() -> dict[str, Spec]:
@@ -107,48 +121,90 @@ def _fields() -> dict[str, Spec]:
     from t2t_jax.rl.rewards import TERMS
     from t2t_jax.stages import GUIDANCE, OLD_LOGPROBS
     from t2t_jax.text.prompts import PROMPT_STYLES
+
     rate = real(0.0, lo_open=True)
     fields = {
-        "seed": integer(0), "stages": integer(0), "compilation_cache": TEXT,
-        "model.preset": choice(*PRESETS), "model.checkpoint": TEXT, "model.tokenizer": TEXT,
-        "model.dtype": choice("float32", "bfloat16", "float16"), "model.remat": choice(*REMAT_POLICIES),
-        "model.attn_chunk": integer(0), "model.scan_layers": BOOL,
+        "seed": integer(0),
+        "stages": integer(0),
+        "compilation_cache": TEXT,
+        "model.preset": choice(*PRESETS),
+        "model.checkpoint": TEXT,
+        "model.tokenizer": TEXT,
+        "model.dtype": choice("float32", "bfloat16", "float16"),
+        "model.remat": choice(*REMAT_POLICIES),
+        "model.attn_chunk": integer(0),
+        "model.scan_layers": BOOL,
         "mesh": Spec("a mapping of axis names to sizes >= 1 (one may be -1: the rest of the devices)", _mesh),
-        "distributed.enabled": BOOL, "distributed.coordinator_address": TEXT,
-        "distributed.num_processes": integer(-1), "distributed.process_id": integer(-1),
-        "env.initial": ENV_JSON, "env.horizon": integer(1, 1024), "env.chunk": integer(1),
-        "rollout.max_new_tokens": integer(1), "rollout.temperature": real(0.0, lo_open=True),
-        "rollout.top_k": integer(0), "rollout.top_p": real(0.0, 1.0, lo_open=True),
-        "rollout.enable_thinking": BOOL, "rollout.prompt_style": choice(*PROMPT_STYLES),
-        "sft.steps": integer(0), "sft.batch_size": integer(1), "sft.boards": integer(1),
+        "distributed.enabled": BOOL,
+        "distributed.coordinator_address": TEXT,
+        "distributed.num_processes": integer(-1),
+        "distributed.process_id": integer(-1),
+        "env.initial": ENV_JSON,
+        "env.horizon": integer(1, 1024),
+        "env.chunk": integer(1),
+        "rollout.max_new_tokens": integer(1),
+        "rollout.temperature": real(0.0, lo_open=True),
+        "rollout.top_k": integer(0),
+        "rollout.top_p": real(0.0, 1.0, lo_open=True),
+        "rollout.enable_thinking": BOOL,
+        "rollout.prompt_style": choice(*PROMPT_STYLES),
+        "sft.steps": integer(0),
+        "sft.batch_size": integer(1),
+        "sft.boards": integer(1),
         "sft.env": Spec("'' (env.initial) or " + ENV_JSON.legal, lambda v: v == "" or _env_json(v)),
-        "sft.learning_rate": rate, "sft.warmup_steps": integer(0), "sft.targets": choice(*sft.SFT_TARGETS),
+        "sft.learning_rate": rate,
+        "sft.warmup_steps": integer(0),
+        "sft.targets": choice(*sft.SFT_TARGETS),
         "sft.answer_length": integer(1),
-        "grpo.steps": integer(0), "grpo.prompts": integer(1),
+        "grpo.steps": integer(0),
+        "grpo.prompts": integer(1),
         "grpo.group_size": integer(2),  # (with 1 every advantage is 0)
-        "grpo.loss_type": choice(*grpo.LOSSES), "grpo.epsilon_low": real(0.0, 1.0),
-        "grpo.epsilon_high": real(0.0), "grpo.beta": real(0.0), "grpo.scale_rewards": choice(*grpo.SCALES),
-        "grpo.num_iterations": integer(1), "grpo.old_logprobs": choice(*OLD_LOGPROBS),
-        "grpo.dynamic_sampling": BOOL, "grpo.dynamic_sampling_rounds": integer(0),
-        "grpo.informative": choice(*grpo.INFORMATIVE), "grpo.guidance": choice(*GUIDANCE),
+        "grpo.loss_type": choice(*grpo.LOSSES),
+        "grpo.epsilon_low": real(0.0, 1.0),
+        "grpo.epsilon_high": real(0.0),
+        "grpo.beta": real(0.0),
+        "grpo.scale_rewards": choice(*grpo.SCALES),
+        "grpo.num_iterations": integer(1),
+        "grpo.old_logprobs": choice(*OLD_LOGPROBS),
+        "grpo.dynamic_sampling": BOOL,
+        "grpo.dynamic_sampling_rounds": integer(0),
+        "grpo.informative": choice(*grpo.INFORMATIVE),
+        "grpo.guidance": choice(*GUIDANCE),
         "grpo.control": choice(*grpo.CONTROLS),
-        "optim.learning_rate": rate, "optim.warmup_steps": integer(0), "optim.decay_steps": integer(1),
-        "optim.end_lr_fraction": real(0.0, 1.0), "optim.b1": real(0.0, 1.0, hi_open=True),
-        "optim.b2": real(0.0, 1.0, hi_open=True), "optim.weight_decay": real(0.0),
+        "optim.learning_rate": rate,
+        "optim.warmup_steps": integer(0),
+        "optim.decay_steps": integer(1),
+        "optim.end_lr_fraction": real(0.0, 1.0),
+        "optim.b1": real(0.0, 1.0, hi_open=True),
+        "optim.b2": real(0.0, 1.0, hi_open=True),
+        "optim.weight_decay": real(0.0),
         "optim.max_grad_norm": real(0.0, lo_open=True),
-        "train.micro_batches": integer(1), "train.max_bad_steps": integer(1), "train.logprob_chunk": integer(1),
+        "train.micro_batches": integer(1),
+        "train.max_bad_steps": integer(1),
+        "train.logprob_chunk": integer(1),
         "train.share_prompts": BOOL,
-        "engineer.kind": choice(*KINDS), "engineer.edit_mode": choice(*EDIT_MODES),
-        "engineer.evidence": choice(*EVIDENCE), "engineer.failure_cases": integer(0), "engineer.constrained": BOOL,
-        "engineer.max_tokens": integer(1), "engineer.temperature": real(0.0),
+        "engineer.kind": choice(*KINDS),
+        "engineer.edit_mode": choice(*EDIT_MODES),
+        "engineer.evidence": choice(*EVIDENCE),
+        "engineer.failure_cases": integer(0),
+        "engineer.constrained": BOOL,
+        "engineer.max_tokens": integer(1),
+        "engineer.temperature": real(0.0),
         "engineer.top_p": real(0.0, 1.0, lo_open=True),
         "engineer.agent_range": Spec("a pair [low, high] of integers, 1 <= low <= high <= 16", _agent_range),
-        "engineer.max_edits": integer(1), "engineer.efficiency_threshold": real(0.0, 1.0),
+        "engineer.max_edits": integer(1),
+        "engineer.efficiency_threshold": real(0.0, 1.0),
         "engineer.reward_guard": BOOL,
-        "eval.per_cell": integer(1, 150, optional=True), "eval.mid_per_cell": integer(1, 150, optional=True),
-        "eval.heldout": integer(1), "eval.batch_size": integer(1), "eval.samples": integer(0),
-        "eval.monitor": integer(0), "eval.monitor_samples": integer(1),
-        "checkpoint.every": integer(1), "checkpoint.keep": integer(1), "logging.text_every": integer(1),
+        "eval.per_cell": integer(1, 150, optional=True),
+        "eval.mid_per_cell": integer(1, 150, optional=True),
+        "eval.heldout": integer(1),
+        "eval.batch_size": integer(1),
+        "eval.samples": integer(0),
+        "eval.monitor": integer(0),
+        "eval.monitor_samples": integer(1),
+        "checkpoint.every": integer(1),
+        "checkpoint.keep": integer(1),
+        "logging.text_every": integer(1),
     }
     fields.update({f"rewards.{t}": real(-10.0, 10.0) for t in TERMS})
     return fields
@@ -173,14 +229,18 @@ def validate(config) -> None:
     values = leaves(config.to_dict() if hasattr(config, "to_dict") else config)
     if "train.temperature" in values:  # (runs begun when the update had its own temperature)
         if values["train.temperature"] != values.get("rollout.temperature"):
-            raise ConfigError(f"train.temperature: {values['train.temperature']} differs from rollout.temperature: "
-                              f"{values.get('rollout.temperature')}; the update's log-probs are at the sampling "
-                              "temperature")
+            raise ConfigError(
+                f"train.temperature: {values['train.temperature']} differs from rollout.temperature: "
+                f"{values.get('rollout.temperature')}; the update's log-probs are at the sampling "
+                "temperature"
+            )
         del values["train.temperature"]
     unknown = sorted(set(values) - set(fields))
     if unknown:
-        raise ConfigError(f"{unknown[0]}: unknown field (known fields: see t2t_jax/config/defaults.py)"
-                          + (f"; also unknown: {', '.join(unknown[1:])}" if len(unknown) > 1 else ""))
+        raise ConfigError(
+            f"{unknown[0]}: unknown field (known fields: see t2t_jax/config/defaults.py)"
+            + (f"; also unknown: {', '.join(unknown[1:])}" if len(unknown) > 1 else "")
+        )
     for path, value in values.items():
         fields[path](path, value)
     _cross_checks(values)
@@ -191,8 +251,10 @@ def _cross_checks(v: dict) -> None:
     group = get("grpo.group_size", 2) if get("train.share_prompts", True) else 1
     m, rows = get("train.micro_batches", 1), get("grpo.prompts", 1) * get("grpo.group_size", 2)
     if rows % (m * group):
-        raise ConfigError(f"train.micro_batches: {m} does not divide the GRPO batch of {get('grpo.prompts')} "
-                          f"prompts x {get('grpo.group_size')} (in whole groups when train.share_prompts)")
+        raise ConfigError(
+            f"train.micro_batches: {m} does not divide the GRPO batch of {get('grpo.prompts')} "
+            f"prompts x {get('grpo.group_size')} (in whole groups when train.share_prompts)"
+        )
     if get("sft.steps", 0) and get("sft.batch_size", 1) % m:
         raise ConfigError(f"train.micro_batches: {m} does not divide sft.batch_size {get('sft.batch_size')}")
     if get("grpo.guidance", "none") != "none" and get("grpo.old_logprobs") == "sampler":
@@ -200,8 +262,10 @@ def _cross_checks(v: dict) -> None:
     if get("grpo.guidance", "none") != "none" and get("rollout.enable_thinking"):
         raise ConfigError("grpo.guidance: certified plans carry no think block; use rollout.enable_thinking=False")
     if get("grpo.dynamic_sampling") and not get("grpo.dynamic_sampling_rounds"):
-        raise ConfigError("grpo.dynamic_sampling_rounds: 0 with grpo.dynamic_sampling=True; "
-                          "give at least 1 extra round (or turn dynamic sampling off)")
+        raise ConfigError(
+            "grpo.dynamic_sampling_rounds: 0 with grpo.dynamic_sampling=True; "
+            "give at least 1 extra round (or turn dynamic sampling off)"
+        )
     if "env.initial" in v and "engineer.agent_range" in v:
         max_agents = json.loads(v["env.initial"]).get("max_agents", 5)
         lo, hi = v["engineer.agent_range"]
@@ -213,6 +277,7 @@ def check_inputs(config) -> None:
     """The files the config names exist: a local HF checkpoint (model.checkpoint, a directory with
     config.json) and a tokenizer directory (model.tokenizer)."""
     import os
+
     for field in ("model.checkpoint", "model.tokenizer"):
         path = leaves(config.to_dict() if hasattr(config, "to_dict") else config).get(field, "")
         if path and not os.path.isdir(path):

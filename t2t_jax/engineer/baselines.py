@@ -2,6 +2,7 @@
 `frontier`, `learnability`. Each maps (account, current config, first config, rng) to the next
 EnvConfig and a reason; reward weights follow `reward_schedule`.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,8 +35,15 @@ def random_mixture(account, config, first, rng, agent_range, tries: int = 200):
             size = sorted(rng.integers(3, config.max_size + 1, 2).tolist())
             agents = sorted(rng.integers(agent_range[0], agent_range[1] + 1, 2).tolist())
             density = sorted(rng.choice(DENSITIES, 2).tolist())
-            buckets.append(Bucket(size=tuple(size), agents=tuple(agents), hole_density=tuple(density),
-                                  min_distance=1, weight=float(rng.choice([0.5, 1.0, 2.0]))))
+            buckets.append(
+                Bucket(
+                    size=tuple(size),
+                    agents=tuple(agents),
+                    hole_density=tuple(density),
+                    min_distance=1,
+                    weight=float(rng.choice([0.5, 1.0, 2.0])),
+                )
+            )
         try:
             return _config(buckets, config), "random: a random mixture"
         except ConfigError:

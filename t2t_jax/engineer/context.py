@@ -6,11 +6,12 @@ and reward, the change in valid rate from the previous stage for the same bucket
 failure cases (board text, the model's answer, the verdict) up to a budget; the history of
 earlier configs and the valid rate that followed each; and the generator's legal ranges.
 """
+
 from __future__ import annotations
 
 import json
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -18,8 +19,16 @@ from t2t_jax.env import io
 from t2t_jax.env.config import MAX_HOLE_DENSITY, MIN_SIZE, EnvConfig
 from t2t_jax.env.types import ParseStatus
 
-FLAGS = ("out_of_bounds", "hole", "vertex_collision", "edge_collision", "missing_agent",
-         "unknown_agent", "parse_error", "truncated")
+FLAGS = (
+    "out_of_bounds",
+    "hole",
+    "vertex_collision",
+    "edge_collision",
+    "missing_agent",
+    "unknown_agent",
+    "parse_error",
+    "truncated",
+)
 
 
 def wilson(successes: int, n: int, z: float = 1.96) -> list[float]:
@@ -39,8 +48,11 @@ def bucket_stats(rollouts, rows: np.ndarray) -> dict:
     valid, optimal = int(v.valid[rows].sum()), int(v.optimal[rows].sum())
     statuses = np.asarray(rollouts.plans.parse_status)[rows]
     return {
-        "boards": n, "valid": round(valid / max(n, 1), 4), "valid_ci": wilson(valid, n),
-        "optimal": round(optimal / max(n, 1), 4), "optimal_ci": wilson(optimal, n),
+        "boards": n,
+        "valid": round(valid / max(n, 1), 4),
+        "valid_ci": wilson(valid, n),
+        "optimal": round(optimal / max(n, 1), 4),
+        "optimal_ci": wilson(optimal, n),
         "failures": {f: int(np.asarray(getattr(v, f))[rows].sum()) for f in FLAGS}
         | {"goals_not_reached": int((~np.asarray(v.all_goals_reached)[rows]).sum())},
         "parse_status": {s.name.lower(): int((statuses == s).sum()) for s in ParseStatus},
@@ -64,21 +76,38 @@ def failure_cases(rollouts, budget: int, answer_chars: int = 400) -> list[dict]:
     for i in picked:
         verdict = io.verdict_to_json(rollouts.verdicts, i)
         flags = [f for f in FLAGS if verdict[f]] or (["goals_not_reached"] if not verdict["all_goals_reached"] else [])
-        cases.append({"bucket": int(rollouts.boards[i].get("bucket", 0)),
-                      "board": io.board_text(rollouts.boards[i]),
-                      "answer": rollouts.texts[i][:answer_chars],
-                      "verdict": flags, "parse_status": ParseStatus(int(rollouts.plans.parse_status[i])).name.lower()})
+        cases.append(
+            {
+                "bucket": int(rollouts.boards[i].get("bucket", 0)),
+                "board": io.board_text(rollouts.boards[i]),
+                "answer": rollouts.texts[i][:answer_chars],
+                "verdict": flags,
+                "parse_status": ParseStatus(int(rollouts.plans.parse_status[i])).name.lower(),
+            }
+        )
     return cases
 
 
 def legal_ranges(config: EnvConfig) -> dict:
-    return {"size": [MIN_SIZE, config.max_size], "agents": [1, config.max_agents],
-            "hole_density": [0.0, MAX_HOLE_DENSITY], "min_distance": [0, 2 * (config.max_size - 1)],
-            "rule": "min_distance + agents - 1 <= 2*(size-1) and min_distance + agents <= free cells"}
+    return {
+        "size": [MIN_SIZE, config.max_size],
+        "agents": [1, config.max_agents],
+        "hole_density": [0.0, MAX_HOLE_DENSITY],
+        "min_distance": [0, 2 * (config.max_size - 1)],
+        "rule": "min_distance + agents - 1 <= 2*(size-1) and min_distance + agents <= free cells",
+    }
 
 
-def build_account(stage: int, config: EnvConfig, reward_weights: dict, rollouts, *, cases: int,
-                  previous: dict | None = None, history: Sequence[dict] = ()) -> dict:
+def build_account(
+    stage: int,
+    config: EnvConfig,
+    reward_weights: dict,
+    rollouts,
+    *,
+    cases: int,
+    previous: dict | None = None,
+    history: Sequence[dict] = (),
+) -> dict:
     """The account of one stage's held-out evaluation (rollouts' boards carry "bucket")."""
     buckets = np.array([int(b.get("bucket", 0)) for b in rollouts.boards])
     per_bucket = []
@@ -89,29 +118,41 @@ def build_account(stage: int, config: EnvConfig, reward_weights: dict, rollouts,
         stats["change_in_valid"] = None if before is None else round(stats["valid"] - before["valid"], 4)
         per_bucket.append({"bucket": i, "config": bucket.to_json(), **stats})
     overall = bucket_stats(rollouts, np.arange(len(rollouts.boards)))
-    return {"stage": stage, "config": config.to_json(), "reward_weights": dict(reward_weights),
-            "overall": overall, "buckets": per_bucket,
-            "failure_cases": failure_cases(rollouts, cases) if cases else [],
-            "history": list(history), "legal_ranges": legal_ranges(config)}
+    return {
+        "stage": stage,
+        "config": config.to_json(),
+        "reward_weights": dict(reward_weights),
+        "overall": overall,
+        "buckets": per_bucket,
+        "failure_cases": failure_cases(rollouts, cases) if cases else [],
+        "history": list(history),
+        "legal_ranges": legal_ranges(config),
+    }
 
 
 def account_text(account: dict, evidence: str | None = None) -> str:
     """The account as prompt text. `evidence` replaces the raw failure cases (the model's own
     summary, for the summarised-evidence ablation)."""
-    lines = [f"Stage {account['stage']} results. Reward weights: {json.dumps(account['reward_weights'])}",
-             f"Overall: valid {account['overall']['valid']:.2f}, optimal {account['overall']['optimal']:.2f}, "
-             f"mean tokens {account['overall']['mean_tokens']:.0f}"]
+    lines = [
+        f"Stage {account['stage']} results. Reward weights: {json.dumps(account['reward_weights'])}",
+        f"Overall: valid {account['overall']['valid']:.2f}, optimal {account['overall']['optimal']:.2f}, "
+        f"mean tokens {account['overall']['mean_tokens']:.0f}",
+    ]
     for b in account["buckets"]:
         fails = {k: v for k, v in b["failures"].items() if v}
         change = "" if b["change_in_valid"] is None else f", change {b['change_in_valid']:+.2f}"
-        lines.append(f"Bucket {b['bucket']} {json.dumps(b['config'])}: {b['boards']} boards, valid "
-                     f"{b['valid']:.2f} {b['valid_ci']}, optimal {b['optimal']:.2f}{change}, failures "
-                     f"{json.dumps(fails)}, mean tokens {b['mean_tokens']:.0f}")
+        lines.append(
+            f"Bucket {b['bucket']} {json.dumps(b['config'])}: {b['boards']} boards, valid "
+            f"{b['valid']:.2f} {b['valid_ci']}, optimal {b['optimal']:.2f}{change}, failures "
+            f"{json.dumps(fails)}, mean tokens {b['mean_tokens']:.0f}"
+        )
     if evidence is not None:
         lines.append(f"Summary of failures: {evidence}")
     for c in account["failure_cases"]:
-        lines.append(f"Failure (bucket {c['bucket']}, {', '.join(c['verdict']) or c['parse_status']}):\n"
-                     f"{c['board']}\nAnswer: {c['answer']}")
+        lines.append(
+            f"Failure (bucket {c['bucket']}, {', '.join(c['verdict']) or c['parse_status']}):\n"
+            f"{c['board']}\nAnswer: {c['answer']}"
+        )
     for h in account["history"]:
         lines.append(f"Earlier: stage {h['stage']} config {json.dumps(h['config'])} -> valid {h['valid']:.2f}")
     lines.append(f"Legal ranges: {json.dumps(account['legal_ranges'])}")

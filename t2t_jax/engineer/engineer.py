@@ -15,8 +15,8 @@ Ablations (engineer config): `failure_cases` (raw cases in the context, a count;
 summary is shown), `edit_mode` (selective / rewrite), `constrained` (decode under the proposal
 schema, or free text that must parse as JSON).
 """
-from __future__ import annotations
 
+from __future__ import annotations
 
 import numpy as np
 
@@ -30,11 +30,11 @@ EVIDENCE = ("raw", "summary")
 
 class Engineer:
     """Args:
-      config: the `engineer` ConfigDict (kind, edit_mode, evidence, failure_cases, constrained,
-        max_tokens, temperature, top_p, agent_range, max_edits, efficiency_threshold).
-      policy: a rollout.Policy (its sampler and tokenizer decode proposals).
-      base_params: the initial parameters (for kind `base`).
-      seed: base seed; stage s decodes with seed + s.
+    config: the `engineer` ConfigDict (kind, edit_mode, evidence, failure_cases, constrained,
+      max_tokens, temperature, top_p, agent_range, max_edits, efficiency_threshold).
+    policy: a rollout.Policy (its sampler and tokenizer decode proposals).
+    base_params: the initial parameters (for kind `base`).
+    seed: base seed; stage s decodes with seed + s.
     """
 
     def __init__(self, config, policy, base_params=None, seed: int = 0):
@@ -49,29 +49,46 @@ class Engineer:
 
     def _decode(self, params, messages, constraint, seed) -> tuple[str, bool]:
         tok = self.policy.tokenizer
-        text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
-                                       enable_thinking=False)
+        text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=False)
         ids, mask = encode_texts(tok, [text], self.policy.buckets)
-        out = self.policy.sampler.generate(ids, mask, max_new_tokens=self.config.max_tokens,
-                                           temperature=self.config.temperature, top_p=self.config.top_p,
-                                           seed=seed, constraint=constraint, params=params)
+        out = self.policy.sampler.generate(
+            ids,
+            mask,
+            max_new_tokens=self.config.max_tokens,
+            temperature=self.config.temperature,
+            top_p=self.config.top_p,
+            seed=seed,
+            constraint=constraint,
+            params=params,
+        )
         lengths = np.asarray(out.lengths)
         return self.policy.decode(np.asarray(out.tokens), lengths)[0], bool(out.truncated[0])
 
-    def propose(self, params, account: dict, config: EnvConfig, first: EnvConfig,
-                reward_weights: dict) -> dict:
+    def propose(self, params, account: dict, config: EnvConfig, first: EnvConfig, reward_weights: dict) -> dict:
         """The record of one proposal for the stage after `account["stage"]`."""
         c, stage = self.config, account["stage"]
-        record = {"stage": stage, "kind": c.kind, "edit_mode": c.edit_mode, "evidence": c.evidence,
-                  "failure_cases": c.failure_cases, "constrained": c.constrained, "prompt": None,
-                  "summary": None, "text": None, "parsed": None, "accepted": False, "reason": ""}
+        record = {
+            "stage": stage,
+            "kind": c.kind,
+            "edit_mode": c.edit_mode,
+            "evidence": c.evidence,
+            "failure_cases": c.failure_cases,
+            "constrained": c.constrained,
+            "prompt": None,
+            "summary": None,
+            "text": None,
+            "parsed": None,
+            "accepted": False,
+            "reason": "",
+        }
         if c.kind in baselines.BASELINES:
             rng = np.random.default_rng([self.seed, stage])
             new, reason = baselines.BASELINES[c.kind](account, config, first, rng, self.agent_range)
-            weights = {**reward_weights, **baselines.reward_schedule(account["overall"]["valid"],
-                                                                      c.efficiency_threshold)}
-            return record | {"accepted": True, "reason": reason, "config": new.to_json(),
-                             "reward_weights": weights}
+            weights = {
+                **reward_weights,
+                **baselines.reward_schedule(account["overall"]["valid"], c.efficiency_threshold),
+            }
+            return record | {"accepted": True, "reason": reason, "config": new.to_json(), "reward_weights": weights}
         params = params if c.kind == "self" else self.base_params
         evidence = None
         if c.evidence == "summary" and account["failure_cases"]:
@@ -88,17 +105,23 @@ class Engineer:
             if truncated:
                 raise propose.ProposalError(f"truncated at engineer.max_tokens = {c.max_tokens}")
             record["parsed"] = parsed = propose.parse_proposal(text)
-            new, weights = propose.apply_proposal(parsed, config, reward_weights, c.edit_mode, self.agent_range,
-                                                  c.max_edits)
+            new, weights = propose.apply_proposal(
+                parsed, config, reward_weights, c.edit_mode, self.agent_range, c.max_edits
+            )
         except propose.ProposalError as e:
-            return record | {"reason": f"rejected: {e}; previous config kept", "config": config.to_json(),
-                             "reward_weights": dict(reward_weights)}
+            return record | {
+                "reason": f"rejected: {e}; previous config kept",
+                "config": config.to_json(),
+                "reward_weights": dict(reward_weights),
+            }
         reason = "accepted"
         valid = account["overall"]["valid"]
         if getattr(c, "reward_guard", True) and valid < c.efficiency_threshold:
             guarded = baselines.reward_schedule(valid, c.efficiency_threshold)
             if weights != {**weights, **guarded}:
-                reason = (f"accepted; reward_weights set accuracy-first: held-out valid {valid:.2f} < "
-                          f"engineer.efficiency_threshold {c.efficiency_threshold} (engineer.reward_guard)")
+                reason = (
+                    f"accepted; reward_weights set accuracy-first: held-out valid {valid:.2f} < "
+                    f"engineer.efficiency_threshold {c.efficiency_threshold} (engineer.reward_guard)"
+                )
             weights = {**weights, **guarded}
         return record | {"accepted": True, "reason": reason, "config": new.to_json(), "reward_weights": weights}

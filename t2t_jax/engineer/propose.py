@@ -17,6 +17,7 @@ of each bucket, the allowed agent range, distinct bucket ids, a positive valid w
 normalises the bucket weights. An unusable proposal falls back to the previous config, with the
 reason recorded.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,13 +35,16 @@ REWARD_VALUES = (0.0, 0.1, 0.2, 0.5, 1.0)
 PROPOSED_REWARDS = ("valid", "optimal", "efficiency", "length")
 MAX_MIN_DISTANCE = 6
 
-SYSTEM = ("You are the environment engineer of a reinforcement-learning curriculum for multi-agent "
-          "path finding. You read how the policy did and propose the next stage's environment.")
+SYSTEM = (
+    "You are the environment engineer of a reinforcement-learning curriculum for multi-agent "
+    "path finding. You read how the policy did and propose the next stage's environment."
+)
 INSTRUCTIONS = (
     "Propose the next stage's environment as JSON. Aim at the competence frontier: boards the "
     "policy solves sometimes, not always and not never. Edit only the buckets that fail (name them "
     "by their bucket number; one past the last adds a bucket) and keep the buckets that work. Move "
-    "reward weight from valid towards optimal and efficiency once plans are mostly valid.")
+    "reward weight from valid towards optimal and efficiency once plans are mostly valid."
+)
 
 
 class ProposalError(ValueError):
@@ -49,25 +53,38 @@ class ProposalError(ValueError):
 
 def proposal_schema(config: EnvConfig, agent_range: tuple[int, int], max_edits: int = 4) -> dict:
     """The JSON schema of a proposal for `config` (every value enumerated)."""
+
     def ints(lo, hi):
         return {"enum": list(range(lo, hi + 1))}
 
     def ordered_pairs(values):  # [low, high] with low <= high: no range the check must reject
         return {"enum": [[lo, hi] for i, lo in enumerate(values) for hi in values[i:]]}
 
-    edit = {"type": "object", "properties": {
-        "bucket": ints(0, len(config.buckets)),
-        "size": ordered_pairs(list(range(3, config.max_size + 1))),
-        "agents": ordered_pairs(list(range(agent_range[0], agent_range[1] + 1))),
-        "hole_density": ordered_pairs(list(DENSITIES)),
-        "min_distance": ints(0, MAX_MIN_DISTANCE),
-        "weight": {"enum": list(WEIGHTS)}}}
+    edit = {
+        "type": "object",
+        "properties": {
+            "bucket": ints(0, len(config.buckets)),
+            "size": ordered_pairs(list(range(3, config.max_size + 1))),
+            "agents": ordered_pairs(list(range(agent_range[0], agent_range[1] + 1))),
+            "hole_density": ordered_pairs(list(DENSITIES)),
+            "min_distance": ints(0, MAX_MIN_DISTANCE),
+            "weight": {"enum": list(WEIGHTS)},
+        },
+    }
     edit["required"] = list(edit["properties"])
-    rewards = {"type": "object", "properties": {k: {"enum": list(REWARD_VALUES)} for k in PROPOSED_REWARDS},
-               "required": list(PROPOSED_REWARDS)}
-    return {"type": "object", "properties": {
-        "edits": {"type": "array", "items": edit, "minItems": 1, "maxItems": max_edits},
-        "reward_weights": rewards}, "required": ["edits", "reward_weights"]}
+    rewards = {
+        "type": "object",
+        "properties": {k: {"enum": list(REWARD_VALUES)} for k in PROPOSED_REWARDS},
+        "required": list(PROPOSED_REWARDS),
+    }
+    return {
+        "type": "object",
+        "properties": {
+            "edits": {"type": "array", "items": edit, "minItems": 1, "maxItems": max_edits},
+            "reward_weights": rewards,
+        },
+        "required": ["edits", "reward_weights"],
+    }
 
 
 def parse_proposal(text: str):
@@ -78,8 +95,9 @@ def parse_proposal(text: str):
         raise ProposalError(f"not valid JSON ({type(e).__name__}: {str(e)[:200]})") from None
 
 
-def apply_proposal(proposal: dict, config: EnvConfig, reward_weights: dict, mode: str,
-                   agent_range: tuple[int, int], max_edits: int = 4) -> tuple[EnvConfig, dict]:
+def apply_proposal(
+    proposal: dict, config: EnvConfig, reward_weights: dict, mode: str, agent_range: tuple[int, int], max_edits: int = 4
+) -> tuple[EnvConfig, dict]:
     """-> (next EnvConfig with normalised weights, next reward weights); ProposalError with the
     reason for anything unusable, whatever the decoding mode: at most `max_edits` edits and
     MAX_BUCKETS buckets."""
@@ -109,8 +127,9 @@ def apply_proposal(proposal: dict, config: EnvConfig, reward_weights: dict, mode
             raise ProposalError(str(e)) from None
         lo, hi = bucket.agents
         if lo < agent_range[0] or hi > agent_range[1]:
-            raise ProposalError(f"edits[{j}].agents: {[lo, hi]} is outside the allowed range "
-                                f"{list(agent_range)} (engineer.agent_range)")
+            raise ProposalError(
+                f"edits[{j}].agents: {[lo, hi]} is outside the allowed range {list(agent_range)} (engineer.agent_range)"
+            )
         if mode == "selective" and target < n:
             buckets[target] = bucket
         else:
@@ -137,21 +156,25 @@ def apply_proposal(proposal: dict, config: EnvConfig, reward_weights: dict, mode
 
 
 def engineer_messages(account: dict, evidence: str | None = None) -> list[dict]:
-    return [{"role": "system", "content": SYSTEM},
-            {"role": "user", "content": f"{account_text(account, evidence)}\n{INSTRUCTIONS}"}]
+    return [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": f"{account_text(account, evidence)}\n{INSTRUCTIONS}"},
+    ]
 
 
 def summary_messages(account: dict) -> list[dict]:
     """The prompt that asks the model to summarise its raw failure cases (the ablation)."""
-    cases = "\n".join(f"{c['board']}\nAnswer: {c['answer']}\nVerdict: {c['verdict']}"
-                      for c in account["failure_cases"])
-    return [{"role": "system", "content": SYSTEM},
-            {"role": "user", "content": f"Summarise in two sentences what went wrong in these failed plans:\n{cases}"}]
+    cases = "\n".join(f"{c['board']}\nAnswer: {c['answer']}\nVerdict: {c['verdict']}" for c in account["failure_cases"])
+    return [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": f"Summarise in two sentences what went wrong in these failed plans:\n{cases}"},
+    ]
 
 
 @functools.lru_cache(maxsize=16)
 def _constraint(schema_json: str, tokenizer):
     from t2t_jax.sampling.constrained import Constraint
+
     return Constraint.from_json_schema(schema_json, tokenizer)
 
 

@@ -8,6 +8,7 @@ workers solve the current one, so the device does not wait for the host.
 
 Results depend on (key, chunk): chunk i is drawn with `fold_in(key, i)`.
 """
+
 from __future__ import annotations
 
 import collections
@@ -35,10 +36,15 @@ class CertifyStats:
 
     def as_dict(self) -> dict:
         t = np.array(self.solver_seconds or [np.nan])
-        return {"generated": self.generated, "certified_on_device": self.certified_on_device,
-                "solved_on_host": self.solved_on_host, "infeasible": self.infeasible,
-                "device_fraction": self.certified_on_device / max(self.generated, 1),
-                "solver_median_s": float(np.nanmedian(t)), "solver_p95_s": float(np.nanpercentile(t, 95))}
+        return {
+            "generated": self.generated,
+            "certified_on_device": self.certified_on_device,
+            "solved_on_host": self.solved_on_host,
+            "infeasible": self.infeasible,
+            "device_fraction": self.certified_on_device / max(self.generated, 1),
+            "solver_median_s": float(np.nanmedian(t)),
+            "solver_p95_s": float(np.nanpercentile(t, 95)),
+        }
 
 
 class CertifiedGenerator:
@@ -52,8 +58,7 @@ class CertifiedGenerator:
       pool: a `solver.make_pool()` executor, or None to solve in this process.
     """
 
-    def __init__(self, config: EnvConfig, horizon: int = 64, num_orders: int = 8, chunk: int = 512,
-                 pool=None):
+    def __init__(self, config: EnvConfig, horizon: int = 64, num_orders: int = 8, chunk: int = 512, pool=None):
         self.config = config
         self.generator = Generator(config)
         self.horizon, self.num_orders, self.chunk, self.pool = horizon, num_orders, chunk, pool
@@ -129,6 +134,11 @@ def _assemble(parts, num):
     mask = np.asarray(boards.agent_mask)
     steps = np.arange(1, actions.shape[-1] + 1)
     lengths = np.max(np.where(actions != 0, steps, 0), axis=-1).astype(np.int32)
-    plans = Plans(actions=actions, lengths=lengths, present=mask,
-                  parse_status=np.zeros(len(optimum), np.int32), unknown_agent=np.zeros(len(optimum), bool))
+    plans = Plans(
+        actions=actions,
+        lengths=lengths,
+        present=mask,
+        parse_status=np.zeros(len(optimum), np.int32),
+        unknown_agent=np.zeros(len(optimum), bool),
+    )
     return boards, plans

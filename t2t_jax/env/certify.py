@@ -12,6 +12,7 @@
 Boards whose bounds differ (or where no order finds a plan within the horizon) go to the exact
 host solver in solver.py.
 """
+
 from __future__ import annotations
 
 import chex
@@ -20,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from t2t_jax.env import distances
-from t2t_jax.env.types import DOWN, LEFT, RIGHT, STAY, UP, Boards, Plans, UNKNOWN
+from t2t_jax.env.types import DOWN, LEFT, RIGHT, STAY, UNKNOWN, UP, Boards, Plans
 
 DIRECTIONS = (UP, DOWN, LEFT, RIGHT)
 REVERSE = {UP: DOWN, DOWN: UP, LEFT: RIGHT, RIGHT: LEFT}
@@ -143,10 +144,12 @@ def priority_orders(key, lower_dists, mask, num_orders):
     reverse, then random permutations of the agent slots."""
     b, a = lower_dists.shape
     keyed = jnp.where(mask, lower_dists, -1)
-    fixed = [jnp.broadcast_to(jnp.arange(a), (b, a)),
-             jnp.argsort(-keyed, axis=1, stable=True),
-             jnp.argsort(jnp.where(mask, lower_dists, 10 ** 6), axis=1, stable=True),
-             jnp.broadcast_to(jnp.arange(a)[::-1], (b, a))]
+    fixed = [
+        jnp.broadcast_to(jnp.arange(a), (b, a)),
+        jnp.argsort(-keyed, axis=1, stable=True),
+        jnp.argsort(jnp.where(mask, lower_dists, 10**6), axis=1, stable=True),
+        jnp.broadcast_to(jnp.arange(a)[::-1], (b, a)),
+    ]
     rand = jnp.argsort(jax.random.uniform(key, (b, max(num_orders - len(fixed), 0), a)), axis=-1)
     return jnp.concatenate([jnp.stack(fixed[:num_orders], 1), rand], axis=1).astype(jnp.int32)
 
@@ -166,13 +169,13 @@ def certify(boards: Boards, horizon: int = 64, num_orders: int = 8, key=None) ->
     key = jax.random.key(0) if key is None else key
     s, a = boards.max_size, boards.max_agents
     free = distances.pack(boards.free())  # [B, S]
-    dists = distances.pair_distance(jnp.broadcast_to(free[:, None], (free.shape[0], a, s)),
-                                    boards.starts, boards.goals)
+    dists = distances.pair_distance(jnp.broadcast_to(free[:, None], (free.shape[0], a, s)), boards.starts, boards.goals)
     mask = boards.agent_mask
     lower = jnp.max(jnp.where(mask, dists, 0), axis=1)
     orders = priority_orders(key, dists, mask, num_orders)
-    per_order = jax.vmap(jax.vmap(_prioritized, in_axes=(None, None, None, None, 0, None)),
-                         in_axes=(0, 0, 0, 0, 0, None))
+    per_order = jax.vmap(
+        jax.vmap(_prioritized, in_axes=(None, None, None, None, 0, None)), in_axes=(0, 0, 0, 0, 0, None)
+    )
     ok, makespan, actions = per_order(free, boards.starts, boards.goals, mask, orders, horizon)
     score = jnp.where(ok, makespan, horizon + 1)
     best = jnp.argmin(score, axis=1)
@@ -180,11 +183,14 @@ def certify(boards: Boards, horizon: int = 64, num_orders: int = 8, key=None) ->
     upper = jnp.where(found, jnp.min(score, axis=1), UNKNOWN).astype(jnp.int32)
     best_actions = jnp.where(found[:, None, None], actions[jnp.arange(actions.shape[0]), best], 0)
     b = boards.size.shape[0]
-    plans = Plans(actions=best_actions, lengths=jnp.where(mask, upper[:, None], 0).astype(jnp.int32),
-                  present=mask, parse_status=jnp.zeros((b,), jnp.int32),
-                  unknown_agent=jnp.zeros((b,), bool))
-    return Bounds(lower=lower.astype(jnp.int32), upper=upper, certified=found & (upper == lower),
-                  plans=plans)
+    plans = Plans(
+        actions=best_actions,
+        lengths=jnp.where(mask, upper[:, None], 0).astype(jnp.int32),
+        present=mask,
+        parse_status=jnp.zeros((b,), jnp.int32),
+        unknown_agent=jnp.zeros((b,), bool),
+    )
+    return Bounds(lower=lower.astype(jnp.int32), upper=upper, certified=found & (upper == lower), plans=plans)
 
 
 certify_jit = jax.jit(certify, static_argnames=("horizon", "num_orders"))

@@ -16,12 +16,14 @@ worst case (most agents K, densest holes) still admits the generator's guarantee
 monotone corridor of `min_distance + K - 1` moves carrying all agents (see generator.py):
 `min_distance + K - 1 <= 2 (N - 1)` and `min_distance + K <= N^2 - H`.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import json
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -52,8 +54,9 @@ def _pair(value, name: str, kind) -> tuple:
     else:
         lo = hi = value
     try:
-        if kind is int and (isinstance(lo, bool) or isinstance(hi, bool) or
-                            float(lo) != int(lo) or float(hi) != int(hi)):
+        if kind is int and (
+            isinstance(lo, bool) or isinstance(hi, bool) or float(lo) != int(lo) or float(hi) != int(hi)
+        ):
             raise ConfigError(f"{name}: expected integers, got {value!r}")
         lo, hi = kind(lo), kind(hi)
     except (TypeError, ValueError) as e:
@@ -94,9 +97,14 @@ class Bucket:
     def to_json(self) -> dict:
         def short(p):
             return p[0] if p[0] == p[1] else list(p)
-        return {"size": short(self.size), "agents": short(self.agents),
-                "hole_density": short(self.hole_density), "min_distance": self.min_distance,
-                "weight": self.weight}
+
+        return {
+            "size": short(self.size),
+            "agents": short(self.agents),
+            "hole_density": short(self.hole_density),
+            "min_distance": self.min_distance,
+            "weight": self.weight,
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,14 +132,17 @@ class EnvConfig:
         return w / w.sum()
 
     def to_json(self) -> dict:
-        return {"max_size": self.max_size, "max_agents": self.max_agents,
-                "buckets": [b.to_json() for b in self.buckets]}
+        return {
+            "max_size": self.max_size,
+            "max_agents": self.max_agents,
+            "buckets": [b.to_json() for b in self.buckets],
+        }
 
     def dumps(self) -> str:
         return json.dumps(self.to_json())
 
     @classmethod
-    def from_json(cls, data: dict | str) -> "EnvConfig":
+    def from_json(cls, data: dict | str) -> EnvConfig:
         """Build from a dict or JSON text; raises `ConfigError` naming any bad field."""
         if isinstance(data, str):
             try:
@@ -164,10 +175,8 @@ def bucket_from_json(data: Any, where: str = "bucket") -> Bucket:
     return Bucket(
         size=_pair(data.get("size", default.size), f"{where}.size", int),
         agents=_pair(data.get("agents", default.agents), f"{where}.agents", int),
-        hole_density=_pair(data.get("hole_density", default.hole_density),
-                           f"{where}.hole_density", float),
-        min_distance=_pair(data.get("min_distance", default.min_distance),
-                           f"{where}.min_distance", int)[0],
+        hole_density=_pair(data.get("hole_density", default.hole_density), f"{where}.hole_density", float),
+        min_distance=_pair(data.get("min_distance", default.min_distance), f"{where}.min_distance", int)[0],
         weight=_pair(data.get("weight", default.weight), f"{where}.weight", float)[0],
     )
 
@@ -198,14 +207,19 @@ def validate(config: EnvConfig) -> None:
                     f"{where}: unsatisfiable: {k} agents with min_distance {m} on {n}x{n} at "
                     f"hole_density {b.hole_density[1]} ({holes} holes); the generator needs "
                     f"min_distance + agents - 1 <= 2*(size-1) = {2 * (n - 1)} and "
-                    f"min_distance + agents <= free cells = {n * n - holes}")
+                    f"min_distance + agents <= free cells = {n * n - holes}"
+                )
 
 
 def make_config(buckets: Sequence[dict | Bucket], max_size: int = 10, max_agents: int = 5) -> EnvConfig:
     """Convenience: `make_config([{"size": 5, "agents": [2, 3]}])`."""
-    return EnvConfig(buckets=tuple(b if isinstance(b, Bucket) else bucket_from_json(b, f"buckets[{i}]")
-                                   for i, b in enumerate(buckets)),
-                     max_size=max_size, max_agents=max_agents)
+    return EnvConfig(
+        buckets=tuple(
+            b if isinstance(b, Bucket) else bucket_from_json(b, f"buckets[{i}]") for i, b in enumerate(buckets)
+        ),
+        max_size=max_size,
+        max_agents=max_agents,
+    )
 
 
 def load_config(spec: str) -> EnvConfig:

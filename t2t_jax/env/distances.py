@@ -6,6 +6,7 @@ arrays with any leading batch dimensions `...` and are jittable; `while_loop`s r
 changes, which under `vmap` means until the slowest board of the batch has converged.
 `launch/bench_env.py` measures these against dense int distance maps (`distance_maps_dense`).
 """
+
 from __future__ import annotations
 
 import jax
@@ -104,7 +105,8 @@ def pair_distance(free: jax.Array, sources: jax.Array, targets: jax.Array) -> ja
 
     found0 = jnp.any(seed & target, axis=-1)
     reached, dist, _ = jax.lax.while_loop(
-        cond, body, (seed, jnp.zeros(found0.shape, jnp.int32), ~found0 & jnp.any(seed != 0, -1)))
+        cond, body, (seed, jnp.zeros(found0.shape, jnp.int32), ~found0 & jnp.any(seed != 0, -1))
+    )
     return jnp.where(jnp.any(reached & target, axis=-1), dist, UNKNOWN)
 
 

@@ -6,6 +6,7 @@ terminates with reward +1 when every agent stands on its goal, with reward -1 at
 illegal move (leaving the grid, entering a hole, a vertex or edge collision), and is truncated
 after `time_limit` steps.
 """
+
 from __future__ import annotations
 
 from functools import cached_property
@@ -59,17 +60,24 @@ class MAPFFrozenLake(Environment[State, specs.MultiDiscreteArray, Observation]):
 
     def _observe(self, state: State) -> Observation:
         b = state.board
-        outside = ~(jnp.arange(self.config.max_size)[:, None] < b.size) | \
-                  ~(jnp.arange(self.config.max_size)[None, :] < b.size)
+        outside = ~(jnp.arange(self.config.max_size)[:, None] < b.size) | ~(
+            jnp.arange(self.config.max_size)[None, :] < b.size
+        )
         grid = jnp.where(outside, 2, b.holes.astype(jnp.int8)).astype(jnp.int8)
-        return Observation(grid=grid, positions=state.positions, goals=b.goals,
-                           agent_mask=b.agent_mask, step_count=state.step_count)
+        return Observation(
+            grid=grid, positions=state.positions, goals=b.goals, agent_mask=b.agent_mask, step_count=state.step_count
+        )
 
     def reset(self, key: chex.PRNGKey) -> tuple[State, TimeStep[Observation]]:
         key, sub = jax.random.split(key)
         board = self.generator.one(sub)
-        state = State(board=board, positions=board.starts, fallen=jnp.zeros_like(board.agent_mask),
-                      step_count=jnp.int32(0), key=key)
+        state = State(
+            board=board,
+            positions=board.starts,
+            fallen=jnp.zeros_like(board.agent_mask),
+            step_count=jnp.int32(0),
+            key=key,
+        )
         return state, restart(self._observe(state))
 
     def step(self, state: State, action: chex.Array) -> tuple[State, TimeStep[Observation]]:
@@ -81,29 +89,36 @@ class MAPFFrozenLake(Environment[State, specs.MultiDiscreteArray, Observation]):
         new = jnp.stack([nr, nc], -1)
         illegal = jnp.any((outside | entered) & b.agent_mask) | vertex | edge
         solved = jnp.all(jnp.all(new == b.goals, axis=-1) | ~b.agent_mask)
-        state = State(board=b, positions=new, fallen=state.fallen | entered,
-                      step_count=state.step_count + 1, key=state.key)
+        state = State(
+            board=b, positions=new, fallen=state.fallen | entered, step_count=state.step_count + 1, key=state.key
+        )
         obs = self._observe(state)
         reward = jnp.where(illegal, -1.0, jnp.where(solved, 1.0, 0.0))
         done = illegal | solved
         timestep = jax.lax.cond(
-            done, lambda: termination(reward, obs),
-            lambda: jax.lax.cond(state.step_count >= self.time_limit,
-                                 lambda: truncation(reward, obs), lambda: transition(reward, obs)))
+            done,
+            lambda: termination(reward, obs),
+            lambda: jax.lax.cond(
+                state.step_count >= self.time_limit, lambda: truncation(reward, obs), lambda: transition(reward, obs)
+            ),
+        )
         return state, timestep
 
     @cached_property
     def observation_spec(self) -> specs.Spec[Observation]:
         s, a = self.config.max_size, self.config.max_agents
         return specs.Spec(
-            Observation, "ObservationSpec",
+            Observation,
+            "ObservationSpec",
             grid=specs.BoundedArray((s, s), jnp.int8, 0, 2, "grid"),
             positions=specs.BoundedArray((a, 2), jnp.int32, 0, s - 1, "positions"),
             goals=specs.BoundedArray((a, 2), jnp.int32, 0, s - 1, "goals"),
             agent_mask=specs.BoundedArray((a,), bool, False, True, "agent_mask"),
-            step_count=specs.BoundedArray((), jnp.int32, 0, self.time_limit, "step_count"))
+            step_count=specs.BoundedArray((), jnp.int32, 0, self.time_limit, "step_count"),
+        )
 
     @cached_property
     def action_spec(self) -> specs.MultiDiscreteArray:
         return specs.MultiDiscreteArray(
-            num_values=jnp.full((self.config.max_agents,), len(ACTION_NAMES), jnp.int32), name="action")
+            num_values=jnp.full((self.config.max_agents,), len(ACTION_NAMES), jnp.int32), name="action"
+        )

@@ -27,6 +27,7 @@ Per board (everything vmapped over boards and candidates, no Python loop over bo
 `python -m launch.mapf stats` prints the per-bucket acceptance rates (README, "Board
 distribution"). Joint feasibility of candidate boards is settled later by certification.
 """
+
 from __future__ import annotations
 
 import functools
@@ -38,7 +39,7 @@ import numpy as np
 
 from t2t_jax.env import distances
 from t2t_jax.env.config import EnvConfig, hole_count
-from t2t_jax.env.types import Boards, UNKNOWN, inside
+from t2t_jax.env.types import UNKNOWN, Boards, inside
 
 PAD_BUCKETS = 8  # the bucket axis is padded to a multiple of this (see Generator)
 CORRIDORS = -1  # GenInfo.source of boards made by tier 3
@@ -72,7 +73,7 @@ class Generator:
         b = config.buckets
         b = b + (b[0],) * (-len(b) % PAD_BUCKETS)  # padding buckets, never drawn
         weights = np.zeros(len(b))
-        weights[:len(config.buckets)] = config.weights
+        weights[: len(config.buckets)] = config.weights
         with np.errstate(divide="ignore"):
             log_w = np.log(weights).astype(np.float32)
         self.axes = {
@@ -110,8 +111,7 @@ def _axes_of(axes, key):
     n = jax.random.randint(k_n, (), ax["size"][bucket, 0], ax["size"][bucket, 1] + 1)
     k = jax.random.randint(k_k, (), ax["agents"][bucket, 0], ax["agents"][bucket, 1] + 1)
     d = jax.random.uniform(k_d, (), minval=ax["density"][bucket, 0], maxval=ax["density"][bucket, 1])
-    return dict(bucket=bucket, n=n, k=k, d=d, m=ax["min_distance"][bucket],
-                h=hole_count(d, n).astype(jnp.int32))
+    return dict(bucket=bucket, n=n, k=k, d=d, m=ax["min_distance"][bucket], h=hole_count(d, n).astype(jnp.int32))
 
 
 def _build(keys, axes, max_size, max_agents, candidates):
@@ -123,16 +123,18 @@ def _build(keys, axes, max_size, max_agents, candidates):
     ax = jax.vmap(functools.partial(_axes_of, axes))(jax.vmap(lambda x: jax.random.fold_in(x, 0))(keys))
     grid = inside(ax["n"], s)
     kw = dict(grid=grid, n=ax["n"], n_holes=ax["h"], k=ax["k"], m=ax["m"])
-    picked = {"holes": jnp.zeros((b, s, s), bool), "starts": jnp.zeros((b, a, 2), jnp.int32),
-              "goals": jnp.zeros((b, a, 2), jnp.int32)}
+    picked = {
+        "holes": jnp.zeros((b, s, s), bool),
+        "starts": jnp.zeros((b, a, 2), jnp.int32),
+        "goals": jnp.zeros((b, a, 2), jnp.int32),
+    }
     unplaced = LINE - 1
 
     def attempt(fn, code, tier, picked, source):
         tier_keys = jax.vmap(lambda x: jax.random.fold_in(x, tier + 1))(keys)
         out = jax.vmap(functools.partial(fn, a=a))(tier_keys, **kw)
         take = (source == unplaced) & out["ok"]
-        new = {f: jnp.where(take.reshape((-1,) + (1,) * (v.ndim - 1)), out[f], v)
-               for f, v in picked.items()}
+        new = {f: jnp.where(take.reshape((-1,) + (1,) * (v.ndim - 1)), out[f], v) for f, v in picked.items()}
         return new, jnp.where(take, code, source)
 
     def candidate(carry):  # one compiled body for every candidate
@@ -140,22 +142,32 @@ def _build(keys, axes, max_size, max_agents, candidates):
         return (i + 1,) + attempt(_candidate, i, i, picked, source)
 
     _, picked, source = jax.lax.while_loop(
-        lambda c: (c[0] < candidates) & jnp.any(c[2] == unplaced), candidate,
-        (jnp.int32(0), picked, jnp.full((b,), unplaced, jnp.int32)))
+        lambda c: (c[0] < candidates) & jnp.any(c[2] == unplaced),
+        candidate,
+        (jnp.int32(0), picked, jnp.full((b,), unplaced, jnp.int32)),
+    )
     for tier, (code, fn) in enumerate([(CORRIDORS, _corridors), (LINE, _line)]):
         picked, source = jax.lax.cond(
             jnp.any(source == unplaced),
             functools.partial(attempt, fn, code, candidates + tier),
-            lambda p, q: (p, q), picked, source)
+            lambda p, q: (p, q),
+            picked,
+            source,
+        )
 
     mask = jnp.arange(a) < ax["k"][:, None]
     free_rows = distances.pack(grid & ~picked["holes"])
-    dist = distances.pair_distance(jnp.broadcast_to(free_rows[:, None], (b, a, s)),
-                                   picked["starts"], picked["goals"])
-    boards = Boards(size=ax["n"], holes=picked["holes"], starts=picked["starts"],
-                    goals=picked["goals"], agent_mask=mask, bucket=ax["bucket"],
-                    lower_bound=jnp.max(jnp.where(mask, dist, 0), axis=1),
-                    optimal_makespan=jnp.full((b,), UNKNOWN, jnp.int32))
+    dist = distances.pair_distance(jnp.broadcast_to(free_rows[:, None], (b, a, s)), picked["starts"], picked["goals"])
+    boards = Boards(
+        size=ax["n"],
+        holes=picked["holes"],
+        starts=picked["starts"],
+        goals=picked["goals"],
+        agent_mask=mask,
+        bucket=ax["bucket"],
+        lower_bound=jnp.max(jnp.where(mask, dist, 0), axis=1),
+        optimal_makespan=jnp.full((b,), UNKNOWN, jnp.int32),
+    )
     return boards, GenInfo(source=source, density=ax["d"])
 
 
@@ -223,8 +235,9 @@ def _monotone_path(u, start, steps):
     real = jnp.arange(max_moves) < moves
     order = jnp.argsort(jnp.where(real, u, 2.0))
     vertical = jnp.zeros((max_moves,), bool).at[order].set(jnp.arange(max_moves) < jnp.abs(steps[0]))
-    delta = jnp.stack([jnp.where(real & vertical, jnp.sign(steps[0]), 0),
-                       jnp.where(real & ~vertical, jnp.sign(steps[1]), 0)], -1)
+    delta = jnp.stack(
+        [jnp.where(real & vertical, jnp.sign(steps[0]), 0), jnp.where(real & ~vertical, jnp.sign(steps[1]), 0)], -1
+    )
     return start + jnp.concatenate([jnp.zeros((1, 2), jnp.int32), jnp.cumsum(delta, 0)])
 
 
@@ -242,7 +255,7 @@ def _corridors(key, grid, n, n_holes, k, m, a):
     k_u, k_h = jax.random.split(key)
     u = jax.random.uniform(k_u, (a, 2 + 2 * (s - 1)))  # per slot: start, goal, path
     # Cells with some grid cell at Manhattan distance >= m (the farthest one is a corner).
-    reach = (jnp.maximum(cells[:, 0], n - 1 - cells[:, 0]) + jnp.maximum(cells[:, 1], n - 1 - cells[:, 1]))
+    reach = jnp.maximum(cells[:, 0], n - 1 - cells[:, 0]) + jnp.maximum(cells[:, 1], n - 1 - cells[:, 1])
     has_goal = flat_grid & (reach >= m)
     used_s = jnp.zeros((s * s,), bool)
     used_g = jnp.zeros((s * s,), bool)

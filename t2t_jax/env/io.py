@@ -5,16 +5,17 @@ optionally with "bucket", "lower_bound", "optimal_makespan" (and, later, "plan")
 JSON object per line. A plan is one line per agent, `Agent 0: LEFT DOWN LEFT` (an agent that
 stays put may have an empty line, `Agent 1:`); reading plan text is t2t_jax.text.parsing's job.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import tempfile
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from t2t_jax.env.types import ACTION_NAMES, Boards, ParseStatus, Plans, UNKNOWN
+from t2t_jax.env.types import ACTION_NAMES, UNKNOWN, Boards, ParseStatus, Plans
 
 ACTION_CODES = {name: code for code, name in enumerate(ACTION_NAMES)}
 
@@ -24,10 +25,13 @@ def board_to_json(boards: Boards, i: int) -> dict:
     n = int(boards.size[i])
     k = int(np.asarray(boards.agent_mask[i]).sum())
     holes = np.argwhere(np.asarray(boards.holes[i])[:n, :n])
-    out = {"size": n, "holes": holes.tolist(),
-           "starts": np.asarray(boards.starts[i])[:k].tolist(),
-           "goals": np.asarray(boards.goals[i])[:k].tolist(),
-           "bucket": int(boards.bucket[i])}
+    out = {
+        "size": n,
+        "holes": holes.tolist(),
+        "starts": np.asarray(boards.starts[i])[:k].tolist(),
+        "goals": np.asarray(boards.goals[i])[:k].tolist(),
+        "bucket": int(boards.bucket[i]),
+    }
     for name in ("lower_bound", "optimal_makespan"):
         value = int(getattr(boards, name)[i])
         if value != UNKNOWN:
@@ -54,8 +58,11 @@ def _cells(value, where: str, n: int) -> list[tuple[int, int]]:
         raise ValueError(f"{where}: expected a list of [row, col] pairs")
     out = []
     for j, cell in enumerate(value):
-        if (not isinstance(cell, (list, tuple)) or len(cell) != 2
-                or not all(isinstance(v, int) and not isinstance(v, bool) for v in cell)):
+        if (
+            not isinstance(cell, (list, tuple))
+            or len(cell) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in cell)
+        ):
             raise ValueError(f"{where}[{j}]: expected [row, col] integers, got {cell!r}")
         if not all(0 <= v < n for v in cell):
             raise ValueError(f"{where}[{j}]: {list(cell)} is outside the {n}x{n} grid")
@@ -82,8 +89,9 @@ def boards_from_json(items: Sequence[dict], max_size: int = 10, max_agents: int 
         ss = _cells(item.get("starts"), f"{where}.starts", n)
         gs = _cells(item.get("goals"), f"{where}.goals", n)
         if len(ss) != len(gs) or not 1 <= len(ss) <= max_agents:
-            raise ValueError(f"{where}: {len(ss)} starts and {len(gs)} goals; need the same "
-                             f"number, within [1, {max_agents}]")
+            raise ValueError(
+                f"{where}: {len(ss)} starts and {len(gs)} goals; need the same number, within [1, {max_agents}]"
+            )
         if len(set(ss)) < len(ss) or len(set(gs)) < len(gs):
             raise ValueError(f"{where}: starts and goals must each be distinct cells")
         if set(hs) & (set(ss) | set(gs)):
@@ -91,15 +99,14 @@ def boards_from_json(items: Sequence[dict], max_size: int = 10, max_agents: int 
         size[i] = n
         for r, c in hs:
             holes[i, r, c] = True
-        starts[i, :len(ss)] = ss
-        goals[i, :len(gs)] = gs
-        mask[i, :len(ss)] = True
+        starts[i, : len(ss)] = ss
+        goals[i, : len(gs)] = gs
+        mask[i, : len(ss)] = True
         bucket[i] = int(item.get("bucket", 0))
         for name in extra:
             if item.get(name) is not None:
                 extra[name][i] = int(item[name])
-    return Boards(size=size, holes=holes, starts=starts, goals=goals, agent_mask=mask,
-                  bucket=bucket, **extra)
+    return Boards(size=size, holes=holes, starts=starts, goals=goals, agent_mask=mask, bucket=bucket, **extra)
 
 
 def board_text(board: dict) -> str:
@@ -116,15 +123,20 @@ def board_text(board: dict) -> str:
 
 def plan_to_text(actions: Sequence[Sequence[int | str]]) -> str:
     """Per-agent action lists (codes or names) -> `Agent i: A B C` lines."""
+
     def name(a):
         return a if isinstance(a, str) else ACTION_NAMES[int(a)]
-    return "\n".join(f"Agent {i}:" + "".join(" " + name(a) for a in acts)
-                     for i, acts in enumerate(actions))
+
+    return "\n".join(f"Agent {i}:" + "".join(" " + name(a) for a in acts) for i, acts in enumerate(actions))
 
 
-def plans_from_lists(plans: Sequence[Sequence], max_agents: int, horizon: int,
-                     statuses: Iterable[int] | None = None,
-                     unknown: Iterable[bool] | None = None) -> Plans:
+def plans_from_lists(
+    plans: Sequence[Sequence],
+    max_agents: int,
+    horizon: int,
+    statuses: Iterable[int] | None = None,
+    unknown: Iterable[bool] | None = None,
+) -> Plans:
     """Per-board lists of per-agent action lists (names or codes, None = no line) -> Plans.
 
     Plans longer than `horizon` are cut there and get ParseStatus.TOO_LONG.
@@ -147,11 +159,10 @@ def plans_from_lists(plans: Sequence[Sequence], max_agents: int, horizon: int,
                 if status[i] == ParseStatus.OK:
                     status[i] = ParseStatus.TOO_LONG
                 codes = codes[:horizon]
-            actions[i, j, :len(codes)] = codes
+            actions[i, j, : len(codes)] = codes
             lengths[i, j] = len(acts)
             present[i, j] = True
-    return Plans(actions=actions, lengths=lengths, present=present, parse_status=status,
-                 unknown_agent=extra)
+    return Plans(actions=actions, lengths=lengths, present=present, parse_status=status, unknown_agent=extra)
 
 
 def verdict_to_json(verdicts, i: int) -> dict:

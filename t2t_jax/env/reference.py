@@ -5,6 +5,7 @@ against these, and `launch/bench_env.py` times them as the per-board baseline. B
 are the interchange dicts of `io.py`: {"size", "holes", "starts", "goals"} and a list of
 per-agent action-name lists (None for an agent without a line).
 """
+
 from __future__ import annotations
 
 import collections
@@ -61,8 +62,13 @@ def trajectory(board: dict, plan: list) -> dict:
         positions.append(list(pos))
     for _, kind, _ in events:
         flags[kind] = True
-    return {"positions": positions, "events": events, "flags": flags, "arrival": arrival,
-            "first_violation_step": min([t for t, _, _ in events], default=-1)}
+    return {
+        "positions": positions,
+        "events": events,
+        "flags": flags,
+        "arrival": arrival,
+        "first_violation_step": min([t for t, _, _ in events], default=-1),
+    }
 
 
 def simulate(board: dict, plan: list, extra_agents: bool = False) -> dict:
@@ -79,11 +85,19 @@ def simulate(board: dict, plan: list, extra_agents: bool = False) -> dict:
     valid = not illegal and all_goals and not missing and not extra_agents
     opt = board.get("optimal_makespan", -1)
     makespan = max(run["arrival"] + [0]) if all_goals else -1
-    return dict(valid=valid, optimal=valid and opt is not None and opt >= 0 and makespan == opt,
-                makespan=makespan, all_goals_reached=all_goals, has_illegal_moves=illegal,
-                missing_agent=missing, unknown_agent=extra_agents, goal_reached=goal_reached,
-                first_violation_step=run["first_violation_step"],
-                sum_of_costs=sum(run["arrival"]) if all_goals else -1, **run["flags"])
+    return dict(
+        valid=valid,
+        optimal=valid and opt is not None and opt >= 0 and makespan == opt,
+        makespan=makespan,
+        all_goals_reached=all_goals,
+        has_illegal_moves=illegal,
+        missing_agent=missing,
+        unknown_agent=extra_agents,
+        goal_reached=goal_reached,
+        first_violation_step=run["first_violation_step"],
+        sum_of_costs=sum(run["arrival"]) if all_goals else -1,
+        **run["flags"],
+    )
 
 
 def bfs(board: dict, source) -> dict:
@@ -105,8 +119,9 @@ def bfs(board: dict, source) -> dict:
     return dist
 
 
-def generate(rng: random.Random, size: int, agents: int, density: float, min_distance: int = 1,
-             tries: int = 1000) -> dict:
+def generate(
+    rng: random.Random, size: int, agents: int, density: float, min_distance: int = 1, tries: int = 1000
+) -> dict:
     """A straightforward per-board generator with the candidate law of generator.py: a uniform
     layout with exactly round(density * size^2) holes, goals among frozen cells with a frozen
     neighbour, starts in the goal's component at distance >= min_distance; retried on failure."""
@@ -118,8 +133,8 @@ def generate(rng: random.Random, size: int, agents: int, density: float, min_dis
         board = {"size": size, "holes": sorted(holes), "starts": [], "goals": []}
 
         def frozen_neighbour(x):
-            return any((x[0] + dr, x[1] + dc) in free_set
-                       for dr, dc in ((1, 0), (-1, 0), (0, 1), (0, -1)))
+            return any((x[0] + dr, x[1] + dc) in free_set for dr, dc in ((1, 0), (-1, 0), (0, 1), (0, -1)))
+
         free_set = set(free)
         goal_ok = [x for x in free if min_distance < 1 or frozen_neighbour(x)]
         if len(goal_ok) < agents:

@@ -16,14 +16,15 @@ is first settled by a vectorised breadth-first search over joint configurations 
 
 This module imports no JAX so worker processes start fast (see `solve_many`).
 """
+
 from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import multiprocessing
 import itertools
+import multiprocessing
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 from pysat.solvers import Solver
@@ -74,7 +75,7 @@ def joint_reachable(board: dict, max_makespan: int) -> bool | None:
     base = m ** np.arange(k, dtype=np.int64)
     goal = int(sum(index[tuple(g)] * base[i] for i, g in enumerate(board["goals"])))
     frontier = np.array([sum(index[tuple(s)] * base[i] for i, s in enumerate(board["starts"]))])
-    seen = np.zeros(m ** k, bool)
+    seen = np.zeros(m**k, bool)
     seen[frontier] = True
     pairs = [(i, j) for i in range(k) for j in range(i + 1, k)]
     for _ in range(max_makespan):
@@ -83,7 +84,7 @@ def joint_reachable(board: dict, max_makespan: int) -> bool | None:
         found = []
         step = max(1, JOINT_CHUNK // len(moves))
         for lo in range(0, len(frontier), step):
-            pos = (frontier[lo:lo + step, None] // base) % m  # [F, k]
+            pos = (frontier[lo : lo + step, None] // base) % m  # [F, k]
             new = nb[pos[:, None, :], moves[None]]  # [F, 5^k, k]
             ok = (new >= 0).all(-1)
             for i, j in pairs:
@@ -119,7 +120,7 @@ def _solve_at(board, horizon, from_start, to_goal):
         if t < horizon:
             clauses.append([-x] + [var[i, u, t + 1] for u in _neighbours(v, n, holes) if (i, u, t + 1) in var])
     for xs in by_cell_time.values():  # vertex conflicts
-        clauses.extend([-a, -b] for j, a in enumerate(xs) for b in xs[j + 1:])
+        clauses.extend([-a, -b] for j, a in enumerate(xs) for b in xs[j + 1 :])
     for (i, u, t), a in var.items():  # swap conflicts: i moves u -> v while j moves v -> u
         if t == horizon:
             continue
@@ -200,8 +201,8 @@ def solve_job(job: tuple) -> Solution:
 def make_pool(workers: int | None = None) -> concurrent.futures.ProcessPoolExecutor:
     """A pool of solver processes (spawned, so no JAX state is forked)."""
     return concurrent.futures.ProcessPoolExecutor(
-        max_workers=workers or max(1, multiprocessing.cpu_count()),
-        mp_context=multiprocessing.get_context("spawn"))
+        max_workers=workers or max(1, multiprocessing.cpu_count()), mp_context=multiprocessing.get_context("spawn")
+    )
 
 
 def solve_many(jobs: Iterable[tuple[dict, int | None]], pool=None, max_makespan: int = 64) -> list[Solution]:

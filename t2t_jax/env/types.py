@@ -5,6 +5,7 @@ one padded shape: `S = holes.shape[-1]` is the static maximum map size and `A = 
 the static maximum agent count. Cells outside a board's `size` and agent slots outside its
 `agent_mask` are padding and are ignored everywhere.
 """
+
 from __future__ import annotations
 
 import enum
@@ -34,8 +35,7 @@ class ParseStatus(enum.IntEnum):
 
 
 # Statuses that make the text unusable as a plan (the verdict's `parse_error`).
-PARSE_ERRORS = (ParseStatus.NO_ANSWER, ParseStatus.UNKNOWN_AGENT, ParseStatus.BAD_ACTION,
-                ParseStatus.TOO_LONG)
+PARSE_ERRORS = (ParseStatus.NO_ANSWER, ParseStatus.UNKNOWN_AGENT, ParseStatus.BAD_ACTION, ParseStatus.TOO_LONG)
 
 
 @chex.dataclass(frozen=True)

@@ -10,6 +10,7 @@ plan is invalid either way): an agent that tries to leave the grid stays where i
 that enters a hole stays in it for the rest of the plan; agents in padded slots do not exist;
 an agent of the board without a line in the plan stays on its start (and still blocks others).
 """
+
 from __future__ import annotations
 
 import jax
@@ -17,8 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from t2t_jax.env import distances
-from t2t_jax.env.types import (DOWN, LEFT, PARSE_ERRORS, RIGHT, UP, Boards, ParseStatus, Plans,
-                               UNKNOWN, Verdicts)
+from t2t_jax.env.types import DOWN, LEFT, PARSE_ERRORS, RIGHT, UNKNOWN, UP, Boards, ParseStatus, Plans, Verdicts
 
 
 def move(r, c, actions, size, hole_rows, fallen):
@@ -87,8 +87,9 @@ def validate(boards: Boards, plans: Plans) -> Verdicts:
     if present.shape[1] < slots:  # a plan padded to fewer slots: the rest are missing
         present = jnp.pad(present, ((0, 0), (0, slots - present.shape[1])))
         actions = jnp.pad(actions, ((0, 0), (0, slots - actions.shape[1]), (0, 0)))
-    unknown_agent = (plans.unknown_agent | jnp.any(present[:, slots:], axis=1)
-                     | jnp.any(present[:, :slots] & ~agent_mask, axis=1))
+    unknown_agent = (
+        plans.unknown_agent | jnp.any(present[:, slots:], axis=1) | jnp.any(present[:, :slots] & ~agent_mask, axis=1)
+    )
     present, actions = present[:, :slots], actions[:, :slots]
     actions = jnp.where((present & agent_mask)[..., None], actions, 0)
 
@@ -111,10 +112,18 @@ def validate(boards: Boards, plans: Plans) -> Verdicts:
         return (nr, nc, fallen | entered, flags | step_flags, first, t + 1, arrival), None
 
     b = size.shape[0]
-    init = (r, c, jnp.zeros_like(mask), jnp.zeros((4, b), bool), jnp.full((b,), UNKNOWN, jnp.int32),
-            jnp.int32(0), jnp.where(at_goal(r, c), 0, 1).astype(jnp.int32))
+    init = (
+        r,
+        c,
+        jnp.zeros_like(mask),
+        jnp.zeros((4, b), bool),
+        jnp.full((b,), UNKNOWN, jnp.int32),
+        jnp.int32(0),
+        jnp.where(at_goal(r, c), 0, 1).astype(jnp.int32),
+    )
     (r, c, _, flags, first, _, arrival), _ = jax.lax.scan(
-        body, init, jnp.moveaxis(actions, 2, 0).transpose(0, 2, 1))  # [T, A, B]
+        body, init, jnp.moveaxis(actions, 2, 0).transpose(0, 2, 1)
+    )  # [T, A, B]
     goal_reached = (r == gr) & (c == gc) & mask
     all_goals = jnp.all(goal_reached | ~mask, axis=0)
     makespan = jnp.where(all_goals, jnp.max(jnp.where(mask, arrival, 0), axis=0), UNKNOWN)
@@ -126,10 +135,20 @@ def validate(boards: Boards, plans: Plans) -> Verdicts:
     valid = ~illegal & all_goals & ~missing & ~unknown_agent & ~parse_error & ~truncated
     opt = boards.optimal_makespan
     return Verdicts(
-        valid=valid, optimal=valid & (opt >= 0) & (makespan == opt),
-        makespan=makespan.astype(jnp.int32), all_goals_reached=all_goals, has_illegal_moves=illegal,
-        out_of_bounds=oob, hole=hole, vertex_collision=vertex, edge_collision=edge,
-        missing_agent=missing, unknown_agent=unknown_agent, parse_error=parse_error,
-        truncated=truncated, goal_reached=goal_reached.T, first_violation_step=first,
-        sum_of_costs=jnp.where(all_goals, jnp.sum(jnp.where(mask, arrival, 0), axis=0),
-                               UNKNOWN).astype(jnp.int32))
+        valid=valid,
+        optimal=valid & (opt >= 0) & (makespan == opt),
+        makespan=makespan.astype(jnp.int32),
+        all_goals_reached=all_goals,
+        has_illegal_moves=illegal,
+        out_of_bounds=oob,
+        hole=hole,
+        vertex_collision=vertex,
+        edge_collision=edge,
+        missing_agent=missing,
+        unknown_agent=unknown_agent,
+        parse_error=parse_error,
+        truncated=truncated,
+        goal_reached=goal_reached.T,
+        first_violation_step=first,
+        sum_of_costs=jnp.where(all_goals, jnp.sum(jnp.where(mask, arrival, 0), axis=0), UNKNOWN).astype(jnp.int32),
+    )

@@ -14,6 +14,7 @@ Batches have a fixed size (the last one padded by repetition), so a run compiles
 shape per prompt-length bucket. Two points on the same boards compare paired: `paired_change`
 (greedy, exact McNemar) and `paired_sampled_change` (avg@k, a paired permutation test).
 """
+
 from __future__ import annotations
 
 import csv
@@ -52,9 +53,21 @@ def benchmark_boards(per_cell: int | None = None) -> list[dict]:
     return out
 
 
-def evaluate(policy, params, boards, *, max_new_tokens: int, batch_size: int, reward_weights: dict,
-             progress: bool = False, desc: str = "eval", samples: int = 0, temperature: float = 1.0,
-             top_p: float = 1.0, seed: int = 0):
+def evaluate(
+    policy,
+    params,
+    boards,
+    *,
+    max_new_tokens: int,
+    batch_size: int,
+    reward_weights: dict,
+    progress: bool = False,
+    desc: str = "eval",
+    samples: int = 0,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    seed: int = 0,
+):
     """Rollouts of every board in board order: greedy, one per board (`samples` = 0), or
     `samples` = k sampled at `temperature` / `top_p` (row i * k + j: sample j of board i; about
     `batch_size` rows per decode call; the seed fixes the draws, so two evaluations with one
@@ -63,12 +76,19 @@ def evaluate(policy, params, boards, *, max_new_tokens: int, batch_size: int, re
     per_call = max(batch_size // n, 1)
     parts = []
     for i, start in enumerate(tqdm(range(0, len(boards), per_call), desc=desc, disable=not progress)):
-        chunk = list(boards[start:start + per_call])
+        chunk = list(boards[start : start + per_call])
         real = len(chunk)
         chunk += [chunk[-1]] * (per_call - real)
-        out = policy.rollout(params, chunk, n=n, max_new_tokens=max_new_tokens,
-                             temperature=temperature if samples else 0.0, top_p=top_p if samples else 1.0,
-                             reward_weights=reward_weights, seed=seed * 1_000_003 + i)
+        out = policy.rollout(
+            params,
+            chunk,
+            n=n,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature if samples else 0.0,
+            top_p=top_p if samples else 1.0,
+            reward_weights=reward_weights,
+            seed=seed * 1_000_003 + i,
+        )
         parts.append(out.select(range(real * n)))
     return concat(parts)
 
@@ -77,6 +97,7 @@ def pass_at_k(n, c, k: int):
     """The unbiased pass@k of Chen et al. (2021), 1 - C(n - c, k) / C(n, k), for c of n samples
     correct (arrays broadcast; k <= n)."""
     from scipy.special import gammaln
+
     n, c = np.asarray(n, np.float64), np.asarray(c, np.float64)
     if np.any(k > n):
         raise ValueError(f"pass_at_k: k = {k} exceeds the {int(np.min(n))} samples")
@@ -87,9 +108,13 @@ def pass_at_k(n, c, k: int):
 
 def sampled_stats(valid_counts, optimal_counts, k: int) -> dict:
     """Per-board counts of valid / optimal samples [B] (of k each) -> avg@k and pass@k."""
-    return {"k": k, "avg_valid": float(np.mean(valid_counts) / k), "avg_optimal": float(np.mean(optimal_counts) / k),
-            "pass_valid": float(np.mean(pass_at_k(k, valid_counts, k))),
-            "pass_optimal": float(np.mean(pass_at_k(k, optimal_counts, k)))}
+    return {
+        "k": k,
+        "avg_valid": float(np.mean(valid_counts) / k),
+        "avg_optimal": float(np.mean(optimal_counts) / k),
+        "pass_valid": float(np.mean(pass_at_k(k, valid_counts, k))),
+        "pass_optimal": float(np.mean(pass_at_k(k, optimal_counts, k))),
+    }
 
 
 def sampled_entry(rollouts, k: int, temperature: float, top_p: float) -> dict:
@@ -99,15 +124,24 @@ def sampled_entry(rollouts, k: int, temperature: float, top_p: float) -> dict:
     valid = np.asarray(rollouts.verdicts.valid).reshape(-1, k).sum(axis=1)
     optimal = np.asarray(rollouts.verdicts.optimal).reshape(-1, k).sum(axis=1)
     keys = np.array([(len(b["starts"]), b["size"]) for b in boards])
-    cells = [{"agents": int(a), "size": int(n), **sampled_stats(valid[rows], optimal[rows], k)}
-             for a, n in sorted({tuple(x) for x in keys.tolist()})
-             for rows in [np.flatnonzero((keys[:, 0] == a) & (keys[:, 1] == n))]]
-    return {**sampled_stats(valid, optimal, k), "temperature": float(temperature), "top_p": float(top_p),
-            "boards": len(boards), "cells": cells, "board_valid_counts": valid.astype(int).tolist()}
+    cells = [
+        {"agents": int(a), "size": int(n), **sampled_stats(valid[rows], optimal[rows], k)}
+        for a, n in sorted({tuple(x) for x in keys.tolist()})
+        for rows in [np.flatnonzero((keys[:, 0] == a) & (keys[:, 1] == n))]
+    ]
+    return {
+        **sampled_stats(valid, optimal, k),
+        "temperature": float(temperature),
+        "top_p": float(top_p),
+        "boards": len(boards),
+        "cells": cells,
+        "board_valid_counts": valid.astype(int).tolist(),
+    }
 
 
-def results_entry(point: str, rollouts, sampled=None, *, k: int = 0, temperature: float = 1.0,
-                  top_p: float = 1.0) -> dict:
+def results_entry(
+    point: str, rollouts, sampled=None, *, k: int = 0, temperature: float = 1.0, top_p: float = 1.0
+) -> dict:
     """One evaluation point: overall `valid` / `optimal` fractions, per (agents, size) cells, and
     `board_valid`, one '0'/'1' per board in board order (for paired comparisons); with `sampled`
     (k samples per board of the same boards, `evaluate(..., samples=k)`) also "sampled":
@@ -117,12 +151,25 @@ def results_entry(point: str, rollouts, sampled=None, *, k: int = 0, temperature
     cells = []
     for a, n in sorted({tuple(x) for x in keys.tolist()}):
         rows = np.flatnonzero((keys[:, 0] == a) & (keys[:, 1] == n))
-        cells.append({"agents": int(a), "size": int(n), "boards": int(len(rows)),
-                      "valid": float(valid[rows].mean()), "optimal": float(optimal[rows].mean()),
-                      "mean_tokens": float(np.mean(rollouts.lengths[rows]))})
-    entry = {"point": point, "boards": len(rollouts.boards), "valid": float(valid.mean()),
-             "optimal": float(optimal.mean()), "mean_tokens": float(np.mean(rollouts.lengths)),
-             "cells": cells, "board_valid": "".join("1" if v else "0" for v in valid)}
+        cells.append(
+            {
+                "agents": int(a),
+                "size": int(n),
+                "boards": int(len(rows)),
+                "valid": float(valid[rows].mean()),
+                "optimal": float(optimal[rows].mean()),
+                "mean_tokens": float(np.mean(rollouts.lengths[rows])),
+            }
+        )
+    entry = {
+        "point": point,
+        "boards": len(rollouts.boards),
+        "valid": float(valid.mean()),
+        "optimal": float(optimal.mean()),
+        "mean_tokens": float(np.mean(rollouts.lengths)),
+        "cells": cells,
+        "board_valid": "".join("1" if v else "0" for v in valid),
+    }
     if sampled is not None:
         entry["sampled"] = sampled_entry(sampled, k, temperature, top_p)
     return entry
@@ -131,6 +178,7 @@ def results_entry(point: str, rollouts, sampled=None, *, k: int = 0, temperature
 def _mean_interval(d) -> list[float]:
     """The 95% t-interval of the mean of paired differences d [B] ([0, 0] when all are equal)."""
     from scipy.stats import ttest_1samp
+
     d = np.asarray(d, np.float64)
     if len(d) < 2 or np.all(d == d[0]):
         return [float(d.mean()) if len(d) else 0.0] * 2
@@ -145,14 +193,21 @@ def paired_change(before: dict, after: dict) -> dict:
     paired view of a change in the valid rate, and how likely a change that large is from churn
     alone."""
     from scipy.stats import binomtest
+
     a, b = before["board_valid"], after["board_valid"]
     if len(a) != len(b):
         raise ValueError(f"paired_change: {before['point']} has {len(a)} boards, {after['point']} {len(b)}")
     gained, lost = sum(x < y for x, y in zip(a, b)), sum(x > y for x, y in zip(a, b))
     p = binomtest(gained, gained + lost).pvalue if gained + lost else 1.0
     d = np.array([int(y) - int(x) for x, y in zip(a, b)])
-    return {"against": before["point"], "gained": gained, "lost": lost, "p_value": round(float(p), 4),
-            "diff": round(float(d.mean()), 4) if len(d) else 0.0, "ci95": _mean_interval(d)}
+    return {
+        "against": before["point"],
+        "gained": gained,
+        "lost": lost,
+        "p_value": round(float(p), 4),
+        "diff": round(float(d.mean()), 4) if len(d) else 0.0,
+        "ci95": _mean_interval(d),
+    }
 
 
 def paired_sampled_change(before: dict, after: dict, resamples: int = 9999) -> dict:
@@ -161,18 +216,27 @@ def paired_sampled_change(before: dict, after: dict, resamples: int = 9999) -> d
     two-sided paired permutation test: each board's difference flips sign at random, seeded),
     "boards"}."""
     from scipy.stats import permutation_test
+
     a, b = np.asarray(before["board_valid_counts"]), np.asarray(after["board_valid_counts"])
     if a.shape != b.shape or before["k"] != after["k"]:
-        raise ValueError(f"paired_sampled_change: {len(a)} boards x {before['k']} samples against "
-                         f"{len(b)} x {after['k']}: not the same boards")
+        raise ValueError(
+            f"paired_sampled_change: {len(a)} boards x {before['k']} samples against "
+            f"{len(b)} x {after['k']}: not the same boards"
+        )
     d = (b - a) / after["k"]
     if np.all(d == 0):
         p = 1.0
     else:
-        p = permutation_test((d,), np.mean, permutation_type="samples", n_resamples=resamples,
-                             alternative="two-sided", random_state=0).pvalue
-    return {"against": before.get("point", ""), "diff": round(float(d.mean()), 4), "ci95": _mean_interval(d),
-            "p_value": round(float(p), 4), "boards": int(len(d))}
+        p = permutation_test(
+            (d,), np.mean, permutation_type="samples", n_resamples=resamples, alternative="two-sided", random_state=0
+        ).pvalue
+    return {
+        "against": before.get("point", ""),
+        "diff": round(float(d.mean()), 4),
+        "ci95": _mean_interval(d),
+        "p_value": round(float(p), 4),
+        "boards": int(len(d)),
+    }
 
 
 def table_rows(entry: dict, label: str = "ours") -> dict:
@@ -186,16 +250,25 @@ def table_rows(entry: dict, label: str = "ours") -> dict:
         ours = {}
         for c in entry["cells"]:
             if c["agents"] == k:
-                cell = {"acc": round(100 * c["valid"], 2), "opt": round(100 * c["optimal"], 2),
-                        "tokens": round(c["mean_tokens"], 1)}
+                cell = {
+                    "acc": round(100 * c["valid"], 2),
+                    "opt": round(100 * c["optimal"], 2),
+                    "tokens": round(c["mean_tokens"], 1),
+                }
                 if (k, c["size"]) in sampled:
                     s = sampled[(k, c["size"])]
-                    cell.update(avg=round(100 * s["avg_valid"], 2), opt_avg=round(100 * s["avg_optimal"], 2),
-                                **{"pass": round(100 * s["pass_valid"], 2)})
+                    cell.update(
+                        avg=round(100 * s["avg_valid"], 2),
+                        opt_avg=round(100 * s["avg_optimal"], 2),
+                        **{"pass": round(100 * s["pass_valid"], 2)},
+                    )
                 ours[str(c["size"])] = cell
         if ours:
-            ours["sum"] = {m: round(float(np.mean([v[m] for v in ours.values()])), 2)
-                           for m in ("acc", "opt", "tokens", "avg", "opt_avg", "pass") if m in next(iter(ours.values()))}
+            ours["sum"] = {
+                m: round(float(np.mean([v[m] for v in ours.values()])), 2)
+                for m in ("acc", "opt", "tokens", "avg", "opt_avg", "pass")
+                if m in next(iter(ours.values()))
+            }
         out[f"{k}_agents"] = {**paper.get(f"{k}_agents", {}), label: ours}
     return out
 
@@ -203,6 +276,7 @@ def table_rows(entry: dict, label: str = "ours") -> dict:
 def write_tables(directory: str, entry: dict, label: str = "ours", prefix: str = "results_table") -> dict:
     """Markdown, CSV and JSON tables (and `heatmap.png`) of one evaluation point. Returns paths."""
     from t2t_jax.render.heatmap import rate_heatmap
+
     os.makedirs(directory, exist_ok=True)
     rows = table_rows(entry, label)
     md, buf = [], _io.StringIO()
@@ -210,30 +284,52 @@ def write_tables(directory: str, entry: dict, label: str = "ours", prefix: str =
     writer.writerow(["agents", "model", "size", "acc", "opt", "tokens", "avg_acc", "avg_opt", "pass_acc"])
     for key, models in rows.items():
         sizes = sorted({s for m in models.values() for s in m if s != "sum"}, key=int)
-        md.append(f"\n### {key.replace('_', ' ')} (acc. = valid %, opt. = optimal %, tokens = mean "
-                  f"completion tokens, ours only)\n")
+        md.append(
+            f"\n### {key.replace('_', ' ')} (acc. = valid %, opt. = optimal %, tokens = mean "
+            f"completion tokens, ours only)\n"
+        )
         md.append("| Model | " + " | ".join(f"{s}×{s} acc. | opt." for s in sizes) + " | Sum acc. | opt. |")
         md.append("|---|" + "---|---|" * (len(sizes) + 1))
         for model, cells in models.items():
             vals = [cells.get(s) for s in sizes + ["sum"]]
-            md.append(f"| {model} | " + " | ".join("– | –" if v is None else f"{v['acc']:.2f} | {v['opt']:.2f}"
-                                                    for v in vals) + " |")
+            md.append(
+                f"| {model} | "
+                + " | ".join("– | –" if v is None else f"{v['acc']:.2f} | {v['opt']:.2f}" for v in vals)
+                + " |"
+            )
             for s, v in cells.items():
-                writer.writerow([key.split("_")[0], model, s, v["acc"], v["opt"], v.get("tokens", ""),
-                                 v.get("avg", ""), v.get("opt_avg", ""), v.get("pass", "")])
+                writer.writerow(
+                    [
+                        key.split("_")[0],
+                        model,
+                        s,
+                        v["acc"],
+                        v["opt"],
+                        v.get("tokens", ""),
+                        v.get("avg", ""),
+                        v.get("opt_avg", ""),
+                        v.get("pass", ""),
+                    ]
+                )
         ours = models.get(label, {})
         if ours:
-            md.append(f"\nMean completion tokens ({label}): " + ", ".join(
-                f"{s}×{s} {ours[s]['tokens']:.0f}" for s in sizes if s in ours))
+            md.append(
+                f"\nMean completion tokens ({label}): "
+                + ", ".join(f"{s}×{s} {ours[s]['tokens']:.0f}" for s in sizes if s in ours)
+            )
         if "avg" in ours.get("sum", {}):
             k, t = entry["sampled"]["k"], entry["sampled"]["temperature"]
-            md.append(f"\n{label}, {k} samples per board at T={t}: avg@{k} valid % | avg@{k} optimal % | "
-                      f"pass@{k} valid %\n")
+            md.append(
+                f"\n{label}, {k} samples per board at T={t}: avg@{k} valid % | avg@{k} optimal % | pass@{k} valid %\n"
+            )
             md.append("| | " + " | ".join(f"{s}×{s}" for s in sizes) + " | Sum |")
             md.append("|---|" + "---|" * (len(sizes) + 1))
             for m, name in (("avg", f"avg@{k} acc."), ("opt_avg", f"avg@{k} opt."), ("pass", f"pass@{k} acc.")):
-                md.append(f"| {name} | " + " | ".join(f"{ours[s][m]:.2f}" if s in ours else "–"
-                                                      for s in sizes + ["sum"]) + " |")
+                md.append(
+                    f"| {name} | "
+                    + " | ".join(f"{ours[s][m]:.2f}" if s in ours else "–" for s in sizes + ["sum"])
+                    + " |"
+                )
     paths = {ext: os.path.join(directory, f"{prefix}.{ext}") for ext in ("md", "csv", "json")}
     io.write_atomic(paths["md"], f"# Results: {entry['point']}\n" + "\n".join(md) + "\n")
     io.write_atomic(paths["csv"], buf.getvalue())

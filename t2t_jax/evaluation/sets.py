@@ -11,6 +11,7 @@ Cell (k, n) of a set is generated with seed `SEED + 100 * k + n`, chunks of 256,
 `python -m launch.mapf build_sets` regenerates the files and a test checks they match byte for
 byte.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -60,11 +61,13 @@ def build(name: str, pool=None, progress: bool = False, sizes=None) -> list[dict
     from tqdm import tqdm
 
     from t2t_jax.env.certified import CertifiedGenerator
+
     spec = SETS[name]
     items = []
     for n in tqdm(sizes or spec.sizes, desc=name, disable=not progress):
-        config = make_config([{"size": n, "agents": spec.agents, "hole_density": list(spec.density)}],
-                             max_agents=spec.max_agents)
+        config = make_config(
+            [{"size": n, "agents": spec.agents, "hole_density": list(spec.density)}], max_agents=spec.max_agents
+        )
         gen = CertifiedGenerator(config, horizon=HORIZON, chunk=CHUNK, pool=pool)
         boards, plans = gen(jax.random.key(SEED + 100 * spec.agents + n), spec.boards)
         for item in io.boards_with_plans_to_json(boards, plans):

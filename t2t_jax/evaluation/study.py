@@ -11,6 +11,7 @@ valid rate by the exact McNemar test (`benchmark.paired_change`), per seed and p
 seeds (the (seed, board) pairs of all seeds in one test). Across seeds, each figure is the mean
 with a 95% t-interval over the seeds (wide with three: t = 4.30).
 """
+
 from __future__ import annotations
 
 import csv
@@ -24,12 +25,15 @@ from t2t_jax.env import io
 from t2t_jax.evaluation import benchmark
 
 # Named arms: the stage-loop config overrides each stands for.
-ARMS = {"grpo": (), "shuffle": ("grpo.control=shuffle",),
-        **{kind: (f"engineer.kind={kind}",) for kind in ("self", "fixed", "random", "frontier", "learnability")}}
+ARMS = {
+    "grpo": (),
+    "shuffle": ("grpo.control=shuffle",),
+    **{kind: (f"engineer.kind={kind}",) for kind in ("self", "fixed", "random", "frontier", "learnability")},
+}
 
 
 def parse_arms(spec: str) -> dict[str, tuple[str, ...]]:
-    """"grpo,shuffle,name:key=value+key=value" -> {name: overrides}; a bare name must be one of
+    """ "grpo,shuffle,name:key=value+key=value" -> {name: overrides}; a bare name must be one of
     ARMS, a custom arm gives its overrides (`config.` is implied) after a colon, joined by `+`."""
     arms: dict[str, tuple[str, ...]] = {}
     for item in filter(None, (x.strip() for x in spec.split(","))):
@@ -56,6 +60,7 @@ def parse_arms(spec: str) -> dict[str, tuple[str, ...]]:
 def _interval(values) -> dict:
     """mean and 95% t-interval over seeds (the interval is the mean alone for one seed)."""
     from scipy.stats import t
+
     v = np.asarray(values, np.float64)
     half = float(t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else 0.0
     m = float(v.mean())
@@ -66,13 +71,19 @@ def _pooled(entries_a: list[dict], entries_b: list[dict]) -> dict:
     """Paired tests over the (seed, board) pairs of all seeds: monitor avg@k and benchmark greedy."""
     out = {}
     if all("monitor" in e for e in entries_a + entries_b):
+
         def cat(es):
-            return {"k": es[0]["monitor"]["k"], "point": es[0]["point"],
-                    "board_valid_counts": sum((e["monitor"]["board_valid_counts"] for e in es), [])}
+            return {
+                "k": es[0]["monitor"]["k"],
+                "point": es[0]["point"],
+                "board_valid_counts": sum((e["monitor"]["board_valid_counts"] for e in es), []),
+            }
+
         out["monitor"] = benchmark.paired_sampled_change(cat(entries_a), cat(entries_b))
-    out["benchmark"] = benchmark.paired_change({"point": entries_a[0]["point"],
-                                                "board_valid": "".join(e["board_valid"] for e in entries_a)},
-                                               {"board_valid": "".join(e["board_valid"] for e in entries_b)})
+    out["benchmark"] = benchmark.paired_change(
+        {"point": entries_a[0]["point"], "board_valid": "".join(e["board_valid"] for e in entries_a)},
+        {"board_valid": "".join(e["board_valid"] for e in entries_b)},
+    )
     return out
 
 
@@ -89,25 +100,39 @@ def summarize(results: dict, reference: str) -> dict:
         last = [by_seed[s][-1] for s in seeds]
         first = [by_seed[s][0] for s in seeds]
         vs_warm = _pooled(first, last)
-        row = {"seeds": seeds, "per_seed": {}, "benchmark_valid": _interval([e["valid"] for e in last]),
-               "benchmark_optimal": _interval([e["optimal"] for e in last]),
-               "benchmark_vs_warm": vs_warm["benchmark"]}
+        row = {
+            "seeds": seeds,
+            "per_seed": {},
+            "benchmark_valid": _interval([e["valid"] for e in last]),
+            "benchmark_optimal": _interval([e["optimal"] for e in last]),
+            "benchmark_vs_warm": vs_warm["benchmark"],
+        }
         if all("monitor" in e for e in last):
             row["monitor_avg_valid"] = _interval([e["monitor"]["avg_valid"] for e in last])
-            row["monitor_gain"] = _interval([e["monitor"]["avg_valid"] - f["monitor"]["avg_valid"]
-                                             for e, f in zip(last, first)])
+            row["monitor_gain"] = _interval(
+                [e["monitor"]["avg_valid"] - f["monitor"]["avg_valid"] for e, f in zip(last, first)]
+            )
             row["monitor_vs_warm"] = vs_warm["monitor"]
         for s, e, f in zip(seeds, last, first):
-            seed_row = {"warm_valid": f["valid"], "valid": e["valid"], "optimal": e["optimal"],
-                        "vs_warm": e.get("vs_first")}
+            seed_row = {
+                "warm_valid": f["valid"],
+                "valid": e["valid"],
+                "optimal": e["optimal"],
+                "vs_warm": e.get("vs_first"),
+            }
             if "monitor" in e:
-                seed_row.update(warm_monitor=f["monitor"]["avg_valid"], monitor=e["monitor"]["avg_valid"],
-                                monitor_vs_warm=e.get("monitor_vs_first"))
+                seed_row.update(
+                    warm_monitor=f["monitor"]["avg_valid"],
+                    monitor=e["monitor"]["avg_valid"],
+                    monitor_vs_warm=e.get("monitor_vs_first"),
+                )
             row["per_seed"][str(s)] = seed_row
         if arm != reference:
             ref_last = [results[reference][s][-1] for s in seeds]
-            row["vs_reference"] = {"pooled": _pooled(ref_last, last), "per_seed": {
-                str(s): _pooled([r], [e]) for s, r, e in zip(seeds, ref_last, last)}}
+            row["vs_reference"] = {
+                "pooled": _pooled(ref_last, last),
+                "per_seed": {str(s): _pooled([r], [e]) for s, r, e in zip(seeds, ref_last, last)},
+            }
         arms[arm] = row
     k = next((e["monitor"]["k"] for e in (results[reference][s][-1] for s in seeds) if "monitor" in e), None)
     return {"reference": reference, "seeds": seeds, "monitor_k": k, "arms": arms}
@@ -128,43 +153,73 @@ def study_markdown(summary: dict, command: str = "") -> str:
     lines = ["# Study", ""]
     if command:
         lines += ["```", command, "```", ""]
-    lines += [f"Seeds {summary['seeds']}; reference arm `{ref}`. Figures in %: mean over seeds [95% t-interval "
-              "over seeds]; paired differences [95% interval over boards], p from the paired test "
-              f"(monitor: avg@{k} valid, paired permutation; benchmark: greedy valid, exact McNemar), pooled "
-              "over the (seed, board) pairs of all seeds.", "",
-              f"| arm | monitor avg@{k} valid | monitor gain vs warm start | paired vs warm start (monitor) | "
-              "benchmark valid | paired vs warm start (benchmark) |", "|---|---|---|---|---|---|"]
+    lines += [
+        f"Seeds {summary['seeds']}; reference arm `{ref}`. Figures in %: mean over seeds [95% t-interval "
+        "over seeds]; paired differences [95% interval over boards], p from the paired test "
+        f"(monitor: avg@{k} valid, paired permutation; benchmark: greedy valid, exact McNemar), pooled "
+        "over the (seed, board) pairs of all seeds.",
+        "",
+        f"| arm | monitor avg@{k} valid | monitor gain vs warm start | paired vs warm start (monitor) | "
+        "benchmark valid | paired vs warm start (benchmark) |",
+        "|---|---|---|---|---|---|",
+    ]
     for arm, r in arms.items():
-        mon = [_fmt(r["monitor_avg_valid"]), _fmt(r["monitor_gain"]), _test(r["monitor_vs_warm"])] \
-            if "monitor_avg_valid" in r else ["–"] * 3
-        lines.append(f"| {arm} | " + " | ".join(mon + [_fmt(r["benchmark_valid"]), _test(r["benchmark_vs_warm"])]) + " |")
-    lines += ["", f"Against the reference arm `{ref}` (other minus reference), pooled over seeds, then per seed:", "",
-              "| arm | monitor (pooled) | benchmark (pooled) | monitor per seed | benchmark per seed |",
-              "|---|---|---|---|---|"]
+        mon = (
+            [_fmt(r["monitor_avg_valid"]), _fmt(r["monitor_gain"]), _test(r["monitor_vs_warm"])]
+            if "monitor_avg_valid" in r
+            else ["–"] * 3
+        )
+        lines.append(
+            f"| {arm} | " + " | ".join(mon + [_fmt(r["benchmark_valid"]), _test(r["benchmark_vs_warm"])]) + " |"
+        )
+    lines += [
+        "",
+        f"Against the reference arm `{ref}` (other minus reference), pooled over seeds, then per seed:",
+        "",
+        "| arm | monitor (pooled) | benchmark (pooled) | monitor per seed | benchmark per seed |",
+        "|---|---|---|---|---|",
+    ]
     for arm, r in arms.items():
         if "vs_reference" not in r:
             continue
         v = r["vs_reference"]
         per_mon = "; ".join(f"s{s}: {_test(x['monitor'])}" for s, x in v["per_seed"].items() if "monitor" in x)
         per_bench = "; ".join(f"s{s}: {_test(x['benchmark'])}" for s, x in v["per_seed"].items())
-        lines.append(f"| {arm} | {_test(v['pooled']['monitor']) if 'monitor' in v['pooled'] else '–'} | "
-                     f"{_test(v['pooled']['benchmark'])} | {per_mon} | {per_bench} |")
-    lines += ["", "Per seed (warm start -> end, %):", "", "| arm | seed | monitor | monitor p | benchmark | benchmark p |",
-              "|---|---|---|---|---|---|"]
+        lines.append(
+            f"| {arm} | {_test(v['pooled']['monitor']) if 'monitor' in v['pooled'] else '–'} | "
+            f"{_test(v['pooled']['benchmark'])} | {per_mon} | {per_bench} |"
+        )
+    lines += [
+        "",
+        "Per seed (warm start -> end, %):",
+        "",
+        "| arm | seed | monitor | monitor p | benchmark | benchmark p |",
+        "|---|---|---|---|---|---|",
+    ]
     for arm, r in arms.items():
         for s, x in r["per_seed"].items():
-            mon = (f"{100 * x['warm_monitor']:.2f} -> {100 * x['monitor']:.2f}",
-                   f"{x['monitor_vs_warm']['p_value']:.4f}") if "monitor" in x and x.get("monitor_vs_warm") else ("–", "–")
+            mon = (
+                (f"{100 * x['warm_monitor']:.2f} -> {100 * x['monitor']:.2f}", f"{x['monitor_vs_warm']['p_value']:.4f}")
+                if "monitor" in x and x.get("monitor_vs_warm")
+                else ("–", "–")
+            )
             bench_p = f"{x['vs_warm']['p_value']:.4f}" if x.get("vs_warm") else "–"
-            lines.append(f"| {arm} | {s} | {mon[0]} | {mon[1]} | {100 * x['warm_valid']:.2f} -> "
-                         f"{100 * x['valid']:.2f} | {bench_p} |")
+            lines.append(
+                f"| {arm} | {s} | {mon[0]} | {mon[1]} | {100 * x['warm_valid']:.2f} -> "
+                f"{100 * x['valid']:.2f} | {bench_p} |"
+            )
     lines += ["", "## Significant at p < 0.01 (pooled paired tests)", ""]
     found = []
     for arm, r in arms.items():
-        tests = [("monitor vs warm start", r.get("monitor_vs_warm")), ("benchmark vs warm start", r["benchmark_vs_warm"])]
+        tests = [
+            ("monitor vs warm start", r.get("monitor_vs_warm")),
+            ("benchmark vs warm start", r["benchmark_vs_warm"]),
+        ]
         if "vs_reference" in r:
-            tests += [(f"monitor vs {ref}", r["vs_reference"]["pooled"].get("monitor")),
-                      (f"benchmark vs {ref}", r["vs_reference"]["pooled"]["benchmark"])]
+            tests += [
+                (f"monitor vs {ref}", r["vs_reference"]["pooled"].get("monitor")),
+                (f"benchmark vs {ref}", r["vs_reference"]["pooled"]["benchmark"]),
+            ]
         found += [f"- `{arm}`: {name} {_test(d)}" for name, d in tests if d and d["p_value"] < 0.01]
     lines += found or ["- nothing"]
     return "\n".join(lines) + "\n"
@@ -174,13 +229,34 @@ def write_study(directory: str, summary: dict, command: str = "") -> dict:
     """study.json (the summary), study.csv (arm x seed rows) and study.md in `directory`."""
     buf = _io.StringIO()
     writer = csv.writer(buf)
-    writer.writerow(["arm", "seed", "warm_monitor_avg_valid", "monitor_avg_valid", "monitor_p_vs_warm",
-                     "warm_benchmark_valid", "benchmark_valid", "benchmark_optimal", "benchmark_p_vs_warm"])
+    writer.writerow(
+        [
+            "arm",
+            "seed",
+            "warm_monitor_avg_valid",
+            "monitor_avg_valid",
+            "monitor_p_vs_warm",
+            "warm_benchmark_valid",
+            "benchmark_valid",
+            "benchmark_optimal",
+            "benchmark_p_vs_warm",
+        ]
+    )
     for arm, r in summary["arms"].items():
         for s, x in r["per_seed"].items():
-            writer.writerow([arm, s, x.get("warm_monitor", ""), x.get("monitor", ""),
-                             (x.get("monitor_vs_warm") or {}).get("p_value", ""), x["warm_valid"], x["valid"],
-                             x["optimal"], (x.get("vs_warm") or {}).get("p_value", "")])
+            writer.writerow(
+                [
+                    arm,
+                    s,
+                    x.get("warm_monitor", ""),
+                    x.get("monitor", ""),
+                    (x.get("monitor_vs_warm") or {}).get("p_value", ""),
+                    x["warm_valid"],
+                    x["valid"],
+                    x["optimal"],
+                    (x.get("vs_warm") or {}).get("p_value", ""),
+                ]
+            )
     paths = {ext: os.path.join(directory, f"study.{ext}") for ext in ("json", "csv", "md")}
     io.write_atomic(paths["json"], json.dumps({"command": command, **summary}, indent=1))
     io.write_atomic(paths["csv"], buf.getvalue())

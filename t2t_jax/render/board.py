@@ -6,17 +6,28 @@ AGENT_COLOURS[i] with its number and its goal a square outline of the same colou
 frames, a red ring marks an agent that left the grid or entered a hole in that step and a red
 cross a vertex or edge collision, where it happened.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from PIL import Image, ImageDraw, ImageFont
 
 from t2t_jax.env.reference import trajectory
 
 ICE, HOLE, LINE, TEXT, BAD = (219, 238, 250), (27, 58, 92), (160, 190, 210), (30, 30, 30), (220, 20, 20)
-AGENT_COLOURS = ((230, 126, 34), (46, 160, 67), (142, 68, 173), (231, 76, 60), (241, 196, 15),
-                 (26, 188, 156), (52, 73, 94), (236, 112, 180), (127, 140, 141), (121, 85, 72))
+AGENT_COLOURS = (
+    (230, 126, 34),
+    (46, 160, 67),
+    (142, 68, 173),
+    (231, 76, 60),
+    (241, 196, 15),
+    (26, 188, 156),
+    (52, 73, 94),
+    (236, 112, 180),
+    (127, 140, 141),
+    (121, 85, 72),
+)
 LEGEND_ROW = 16
 
 
@@ -31,8 +42,14 @@ def _colour(i):
     return AGENT_COLOURS[i % len(AGENT_COLOURS)]
 
 
-def board_image(board: dict, cell: int = 40, positions: Sequence | None = None,
-                events: Sequence = (), title: str | None = None, legend: bool = True) -> Image.Image:
+def board_image(
+    board: dict,
+    cell: int = 40,
+    positions: Sequence | None = None,
+    events: Sequence = (),
+    title: str | None = None,
+    legend: bool = True,
+) -> Image.Image:
     """One board (agents at `positions`, default their starts) as an RGB image.
 
     Size: (N * cell) wide, N * cell + legend/title rows high."""
@@ -50,14 +67,18 @@ def board_image(board: dict, cell: int = 40, positions: Sequence | None = None,
     font = _font(max(10, cell // 3))
     for i, (gr, gc) in enumerate(board["goals"]):
         pad = max(2, cell // 10)
-        draw.rectangle((gc * cell + pad, top + gr * cell + pad, (gc + 1) * cell - pad - 1,
-                        top + (gr + 1) * cell - pad - 1), outline=_colour(i), width=max(2, cell // 12))
+        draw.rectangle(
+            (gc * cell + pad, top + gr * cell + pad, (gc + 1) * cell - pad - 1, top + (gr + 1) * cell - pad - 1),
+            outline=_colour(i),
+            width=max(2, cell // 12),
+        )
     for i, (r, c) in enumerate(positions):
         pad = max(3, cell // 5)
-        draw.ellipse((c * cell + pad, top + r * cell + pad, (c + 1) * cell - pad - 1,
-                      top + (r + 1) * cell - pad - 1), fill=_colour(i))
-        draw.text((c * cell + cell / 2, top + r * cell + cell / 2), str(i), fill="white",
-                  font=font, anchor="mm")
+        draw.ellipse(
+            (c * cell + pad, top + r * cell + pad, (c + 1) * cell - pad - 1, top + (r + 1) * cell - pad - 1),
+            fill=_colour(i),
+        )
+        draw.text((c * cell + cell / 2, top + r * cell + cell / 2), str(i), fill="white", font=font, anchor="mm")
     for kind, cells in events:
         for r, c in cells:
             if not (0 <= r < n and 0 <= c < n):
@@ -106,11 +127,13 @@ def save_gif(board: dict, plan: Sequence, path: str, cell: int = 40, ms: int = 5
     frames[0].save(path, save_all=True, append_images=frames[1:], duration=durations, loop=0)
 
 
-def boards_grid(boards: Sequence[dict], cols: int = 4, cell: int = 24, gap: int = 8,
-                titles: Sequence[str] | None = None) -> Image.Image:
+def boards_grid(
+    boards: Sequence[dict], cols: int = 4, cell: int = 24, gap: int = 8, titles: Sequence[str] | None = None
+) -> Image.Image:
     """Several boards in a grid, each at its own size, with optional titles."""
-    imgs = [board_image(b, cell, title=(titles[i] if titles else f"board {i}"), legend=False)
-            for i, b in enumerate(boards)]
+    imgs = [
+        board_image(b, cell, title=(titles[i] if titles else f"board {i}"), legend=False) for i, b in enumerate(boards)
+    ]
     cols = max(1, min(cols, len(imgs)))
     rows = -(-len(imgs) // cols)
     w = max(i.size[0] for i in imgs) + gap

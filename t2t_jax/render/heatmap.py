@@ -1,7 +1,8 @@
 """Valid / optimal rates over agents x map size as a heatmap PNG (one panel per metric)."""
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from PIL import Image, ImageDraw
 
@@ -14,8 +15,9 @@ def _shade(rate: float) -> tuple:
     return (int(245 - 200 * r), int(215 + 25 * r) - int(60 * (1 - r)), int(210 - 120 * r))
 
 
-def rate_heatmap(cells: Sequence[dict], metrics: Sequence[str] = ("valid", "optimal"),
-                 title: str = "", cell: int = 44) -> Image.Image:
+def rate_heatmap(
+    cells: Sequence[dict], metrics: Sequence[str] = ("valid", "optimal"), title: str = "", cell: int = 44
+) -> Image.Image:
     """cells: dicts with `agents`, `size` and each metric (0..1); empty cells stay blank."""
     agents = sorted({c["agents"] for c in cells})
     sizes = sorted({c["size"] for c in cells})

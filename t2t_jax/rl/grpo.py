@@ -17,9 +17,10 @@ Every aggregation is a weighted sum, so a micro-batch's share of the full-batch 
 when the weights are computed from the full batch's `Totals` (trainer.py does this); `bnpo`
 alone is defined per micro-batch, as in TRL. Shapes: B completions, T completion tokens.
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import chex
 import jax
@@ -55,8 +56,7 @@ def shuffle_within_groups(advantages, group_size: int, seed: int) -> np.ndarray:
     the shuffle control, an update of GRPO's size and shape that carries no reward signal."""
     a = np.asarray(advantages).reshape(-1, group_size)
     rng = np.random.default_rng(seed)
-    return np.take_along_axis(a, rng.permuted(np.tile(np.arange(group_size), (len(a), 1)), axis=1),
-                              axis=1).reshape(-1)
+    return np.take_along_axis(a, rng.permuted(np.tile(np.arange(group_size), (len(a), 1)), axis=1), axis=1).reshape(-1)
 
 
 def informative_groups(terms: dict, rewards, group_size: int, key: str = "accuracy") -> np.ndarray:
@@ -83,11 +83,12 @@ def select_groups(informative: list, prompts: int) -> list[tuple[int, int]]:
     last = len(informative) - 1
     taken = {g for r, g in picked if r == last}
     fill = [(last, g) for g in range(len(informative[last])) if g not in taken]
-    return picked + fill[:prompts - len(picked)]
+    return picked + fill[: prompts - len(picked)]
 
 
-def batch_advantages(rewards, group_size: int, scale: str = "group", *, signal=None, control: str = "none",
-                     seed: int = 0) -> np.ndarray:
+def batch_advantages(
+    rewards, group_size: int, scale: str = "group", *, signal=None, control: str = "none", seed: int = 0
+) -> np.ndarray:
     """The update's advantages [B] from rewards [B] (groups contiguous): `group_advantages`,
     0 for the groups whose `signal` [G] is False (dynamic sampling's fill: padding that keeps the
     batch's shape), then under `control` "shuffle" permuted within each group."""
@@ -113,8 +114,12 @@ class Totals:
 def totals_of(mask, chunks: int = 1) -> Totals:
     """Totals of a [B, T] completion mask (global when the mask is a global array)."""
     mask = jnp.asarray(mask, jnp.float32)
-    return Totals(sequences=jnp.float32(mask.shape[0]), tokens=jnp.maximum(mask.sum(), 1.0),
-                  max_length=jnp.float32(mask.shape[1]), chunks=jnp.float32(chunks))
+    return Totals(
+        sequences=jnp.float32(mask.shape[0]),
+        tokens=jnp.maximum(mask.sum(), 1.0),
+        max_length=jnp.float32(mask.shape[1]),
+        chunks=jnp.float32(chunks),
+    )
 
 
 def _grpo(mask, totals):
@@ -137,8 +142,7 @@ def _dapo(mask, totals):
 LOSSES: dict[str, Callable] = {"grpo": _grpo, "bnpo": _bnpo, "dr_grpo": _dr_grpo, "dapo": _dapo}
 
 
-def policy_loss(logps, old_logps, ref_logps, advantages, mask, config, *, totals: Totals | None = None,
-                entropies=None):
+def policy_loss(logps, old_logps, ref_logps, advantages, mask, config, *, totals: Totals | None = None, entropies=None):
     """The GRPO loss of one (micro-)batch and its metrics.
 
     Args:
@@ -174,7 +178,11 @@ def policy_loss(logps, old_logps, ref_logps, advantages, mask, config, *, totals
         return jnp.sum(jax.lax.stop_gradient(x) * mask) / n
 
     ent = -logps if entropies is None else entropies
-    metrics = {"clip_low": mean((ratio < 1.0 - config.epsilon_low) & (adv < 0)),
-               "clip_high": mean((ratio > 1.0 + config.epsilon_high) & (adv > 0)),
-               "kl": mean(kl), "entropy": mean(ent), "ratio": mean(ratio)}
+    metrics = {
+        "clip_low": mean((ratio < 1.0 - config.epsilon_low) & (adv < 0)),
+        "clip_high": mean((ratio > 1.0 + config.epsilon_high) & (adv > 0)),
+        "kl": mean(kl),
+        "entropy": mean(ent),
+        "ratio": mean(ratio),
+    }
     return loss, metrics

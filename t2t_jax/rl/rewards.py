@@ -11,9 +11,10 @@ Terms (each [B] float32, logged by name so curves show which one moved):
 The weights belong to the stage config (`RewardWeights` / a ConfigDict with these names), so
 the engineer or a schedule can move them from accuracy towards efficiency between stages.
 """
+
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import jax.numpy as jnp
 
@@ -21,15 +22,12 @@ from t2t_jax.env.types import ParseStatus, Verdicts
 
 TERMS = ("format", "valid", "optimal", "progress", "efficiency", "length")
 # Stage 1 of the paper's schedule rewards accuracy; later stages add efficiency.
-ACCURACY_FIRST = {"format": 0.1, "valid": 1.0, "optimal": 0.5, "progress": 0.2,
-                  "efficiency": 0.0, "length": 0.0}
+ACCURACY_FIRST = {"format": 0.1, "valid": 1.0, "optimal": 0.5, "progress": 0.2, "efficiency": 0.0, "length": 0.0}
 # Once plans are mostly valid: reward reaching the optimum and short completions.
-EFFICIENCY_NEXT = {"format": 0.1, "valid": 1.0, "optimal": 1.0, "progress": 0.0,
-                   "efficiency": 0.5, "length": 0.1}
+EFFICIENCY_NEXT = {"format": 0.1, "valid": 1.0, "optimal": 1.0, "progress": 0.0, "efficiency": 0.5, "length": 0.1}
 
 
-def reward_terms(verdicts: Verdicts, parse_status, optimal_makespan, num_agents, lengths,
-                 max_length) -> dict:
+def reward_terms(verdicts: Verdicts, parse_status, optimal_makespan, num_agents, lengths, max_length) -> dict:
     """All terms, [B] float32 each.
 
     Args:

@@ -8,10 +8,11 @@
 Row i * n + j of every output is sample j of board i. Text stays on the host (decoding,
 parsing); validation and rewards are jitted over the padded batch.
 """
+
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import jax
 import numpy as np
@@ -45,19 +46,33 @@ class Rollouts:
     guided: np.ndarray  # [B * n] bool: the row is a certified plan put in by `guide`, not a sample
 
     def batch(self) -> dict:
-        return {"prompt_ids": self.prompt_ids, "prompt_mask": self.prompt_mask,
-                "completion_ids": self.completion_ids, "completion_mask": self.completion_mask}
+        return {
+            "prompt_ids": self.prompt_ids,
+            "prompt_mask": self.prompt_mask,
+            "completion_ids": self.completion_ids,
+            "completion_mask": self.completion_mask,
+        }
 
-    def select(self, rows: Sequence[int]) -> "Rollouts":
+    def select(self, rows: Sequence[int]) -> Rollouts:
         """The rows `rows`, in that order."""
         idx = np.asarray(rows, np.int64)
         pick = lambda x: jax.tree.map(lambda a: np.asarray(a)[idx], x)  # noqa: E731
-        return Rollouts(boards=[self.boards[i] for i in idx], texts=[self.texts[i] for i in idx],
-                        prompt_ids=self.prompt_ids[idx], prompt_mask=self.prompt_mask[idx],
-                        completion_ids=self.completion_ids[idx], completion_mask=self.completion_mask[idx],
-                        logprobs=self.logprobs[idx], lengths=self.lengths[idx], truncated=self.truncated[idx],
-                        plans=pick(self.plans), verdicts=pick(self.verdicts), terms=pick(self.terms),
-                        rewards=self.rewards[idx], guided=self.guided[idx])
+        return Rollouts(
+            boards=[self.boards[i] for i in idx],
+            texts=[self.texts[i] for i in idx],
+            prompt_ids=self.prompt_ids[idx],
+            prompt_mask=self.prompt_mask[idx],
+            completion_ids=self.completion_ids[idx],
+            completion_mask=self.completion_mask[idx],
+            logprobs=self.logprobs[idx],
+            lengths=self.lengths[idx],
+            truncated=self.truncated[idx],
+            plans=pick(self.plans),
+            verdicts=pick(self.verdicts),
+            terms=pick(self.terms),
+            rewards=self.rewards[idx],
+            guided=self.guided[idx],
+        )
 
 
 def concat(parts: Sequence[Rollouts]) -> Rollouts:
@@ -66,19 +81,24 @@ def concat(parts: Sequence[Rollouts]) -> Rollouts:
     width = max(p.prompt_ids.shape[1] for p in parts)
     left = lambda x: np.pad(x, ((0, 0), (width - x.shape[1], 0)))  # noqa: E731
     cat = lambda *xs: np.concatenate([np.asarray(x) for x in xs])  # noqa: E731
-    fields = {f.name: jax.tree.map(cat, *[getattr(p, f.name) for p in parts])
-              for f in dataclasses.fields(Rollouts)
-              if f.name not in ("boards", "texts", "prompt_ids", "prompt_mask")}
-    return Rollouts(boards=sum((p.boards for p in parts), []), texts=sum((p.texts for p in parts), []),
-                    prompt_ids=cat(*[left(p.prompt_ids) for p in parts]),
-                    prompt_mask=cat(*[left(p.prompt_mask) for p in parts]), **fields)
+    fields = {
+        f.name: jax.tree.map(cat, *[getattr(p, f.name) for p in parts])
+        for f in dataclasses.fields(Rollouts)
+        if f.name not in ("boards", "texts", "prompt_ids", "prompt_mask")
+    }
+    return Rollouts(
+        boards=sum((p.boards for p in parts), []),
+        texts=sum((p.texts for p in parts), []),
+        prompt_ids=cat(*[left(p.prompt_ids) for p in parts]),
+        prompt_mask=cat(*[left(p.prompt_mask) for p in parts]),
+        **fields,
+    )
 
 
 @jax.jit
 def _score(boards, plans, lengths, max_length):
     verdicts = validate(boards, plans)
-    terms = reward_terms(verdicts, plans.parse_status, boards.optimal_makespan, boards.num_agents,
-                         lengths, max_length)
+    terms = reward_terms(verdicts, plans.parse_status, boards.optimal_makespan, boards.num_agents, lengths, max_length)
     return verdicts, terms
 
 
@@ -95,9 +115,17 @@ class Policy:
       buckets: prompt length buckets.
     """
 
-    def __init__(self, sampler, tokenizer, max_size: int = 10, max_agents: int = 5, horizon: int = 64,
-                 enable_thinking: bool = False, style: str = "full",
-                 buckets: Sequence[int] = LENGTH_BUCKETS):
+    def __init__(
+        self,
+        sampler,
+        tokenizer,
+        max_size: int = 10,
+        max_agents: int = 5,
+        horizon: int = 64,
+        enable_thinking: bool = False,
+        style: str = "full",
+        buckets: Sequence[int] = LENGTH_BUCKETS,
+    ):
         self.sampler, self.tokenizer = sampler, tokenizer
         self.max_size, self.max_agents, self.horizon = max_size, max_agents, horizon
         self.enable_thinking, self.style, self.buckets = enable_thinking, style, tuple(buckets)
@@ -118,39 +146,81 @@ class Policy:
             out.append(self.tokenizer.decode(ids, skip_special_tokens=False))
         return out
 
-    def rollout(self, params, boards: Sequence[dict], *, n: int, max_new_tokens: int,
-                reward_weights: Mapping[str, float], temperature: float = 1.0, top_k: int = 0,
-                top_p: float = 1.0, seed: int = 0) -> Rollouts:
+    def rollout(
+        self,
+        params,
+        boards: Sequence[dict],
+        *,
+        n: int,
+        max_new_tokens: int,
+        reward_weights: Mapping[str, float],
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int = 0,
+    ) -> Rollouts:
         """Sample n completions per board and score them (boards carry `optimal_makespan`)."""
         ids, mask = self.encode(boards)
-        out = self.sampler.generate(ids, mask, max_new_tokens=max_new_tokens, temperature=temperature,
-                                    top_k=top_k, top_p=top_p, n=n, seed=seed, params=params)
+        out = self.sampler.generate(
+            ids,
+            mask,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            n=n,
+            seed=seed,
+            params=params,
+        )
         tokens, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
         truncated = np.asarray(out.truncated)
         rows = [b for b in boards for _ in range(n)]
         texts = self.decode(tokens, lengths)
-        return self.score(rows, texts, truncated, lengths, max_new_tokens, reward_weights,
-                          prompt=(np.repeat(ids, n, 0), np.repeat(mask, n, 0)), tokens=tokens,
-                          logprobs=np.asarray(out.logprobs))
+        return self.score(
+            rows,
+            texts,
+            truncated,
+            lengths,
+            max_new_tokens,
+            reward_weights,
+            prompt=(np.repeat(ids, n, 0), np.repeat(mask, n, 0)),
+            tokens=tokens,
+            logprobs=np.asarray(out.logprobs),
+        )
 
-    def score(self, boards, texts, truncated, lengths, max_new_tokens, reward_weights, prompt, tokens,
-              logprobs) -> Rollouts:
+    def score(
+        self, boards, texts, truncated, lengths, max_new_tokens, reward_weights, prompt, tokens, logprobs
+    ) -> Rollouts:
         """Parse, validate and reward completions that are already decoded."""
         board_batch = io.boards_from_json(boards, self.max_size, self.max_agents)
-        plans = parse_completions(texts, np.asarray(board_batch.num_agents).tolist(), self.max_agents,
-                                  self.horizon, truncated.tolist())
+        plans = parse_completions(
+            texts, np.asarray(board_batch.num_agents).tolist(), self.max_agents, self.horizon, truncated.tolist()
+        )
         verdicts, terms = _score(board_batch, plans, lengths, max_new_tokens)
         verdicts, terms, plans = jax.tree.map(np.asarray, (verdicts, terms, plans))
         rewards = np.asarray(total_reward(terms, reward_weights))
         completion_mask = np.arange(tokens.shape[1])[None] < lengths[:, None]
-        return Rollouts(boards=list(boards), texts=texts, prompt_ids=prompt[0], prompt_mask=prompt[1],
-                        completion_ids=tokens, completion_mask=completion_mask, logprobs=logprobs,
-                        lengths=lengths, truncated=truncated, plans=plans, verdicts=verdicts,
-                        terms=terms, rewards=rewards, guided=np.zeros(len(texts), bool))
+        return Rollouts(
+            boards=list(boards),
+            texts=texts,
+            prompt_ids=prompt[0],
+            prompt_mask=prompt[1],
+            completion_ids=tokens,
+            completion_mask=completion_mask,
+            logprobs=logprobs,
+            lengths=lengths,
+            truncated=truncated,
+            plans=plans,
+            verdicts=verdicts,
+            terms=terms,
+            rewards=rewards,
+            guided=np.zeros(len(texts), bool),
+        )
 
 
-def guide(policy: Policy, ro: Rollouts, group_size: int, max_new_tokens: int,
-          reward_weights: Mapping[str, float]) -> Rollouts:
+def guide(
+    policy: Policy, ro: Rollouts, group_size: int, max_new_tokens: int, reward_weights: Mapping[str, float]
+) -> Rollouts:
     """Off-policy guidance: in every group without a valid sample, the last sample is replaced by
     the board's certified plan (its "plan" text and the end token, scored like a sample), so a
     group the policy fails entirely still has a success to move towards (LUFFY, Yan et al. 2025,
@@ -170,12 +240,19 @@ def guide(policy: Policy, ro: Rollouts, group_size: int, max_new_tokens: int,
         return ro
     tokens = np.full((len(rows), width), policy.tokenizer.pad_token_id, ro.completion_ids.dtype)
     for i, ids in enumerate(answers):
-        tokens[i, :len(ids)] = ids
+        tokens[i, : len(ids)] = ids
     lengths = np.array([len(a) for a in answers], ro.lengths.dtype)
-    expert = policy.score([ro.boards[r] for r in rows], [ro.boards[r]["plan"] for r in rows],
-                          np.zeros(len(rows), bool), lengths, max_new_tokens, reward_weights,
-                          prompt=(ro.prompt_ids[rows], ro.prompt_mask[rows]), tokens=tokens,
-                          logprobs=np.zeros(tokens.shape, ro.logprobs.dtype))
+    expert = policy.score(
+        [ro.boards[r] for r in rows],
+        [ro.boards[r]["plan"] for r in rows],
+        np.zeros(len(rows), bool),
+        lengths,
+        max_new_tokens,
+        reward_weights,
+        prompt=(ro.prompt_ids[rows], ro.prompt_mask[rows]),
+        tokens=tokens,
+        logprobs=np.zeros(tokens.shape, ro.logprobs.dtype),
+    )
     expert.guided[:] = True
     order = np.arange(len(ro.texts))
     order[rows] = len(ro.texts) + np.arange(len(rows))

@@ -14,9 +14,10 @@ agent's displacement into moves, with no witness detours to contradict it (the e
 model learns that rule within its 800 steps for each of seeds 0-2 this way, and for seed 0 only
 with `canonical`).
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from tqdm import tqdm
@@ -40,8 +41,9 @@ SFT_TARGETS = ("witness", "canonical", "straight")
 def _straight_valid(boards, max_size, max_agents):
     """(straight plans as action lists, [B] bool: the plan is valid on its board)."""
     plans = [straight_plan(b) for b in boards]
-    verdicts = validate(io.boards_from_json(boards, max_size, max_agents),
-                        io.plans_from_lists(plans, max_agents, 2 * max_size))
+    verdicts = validate(
+        io.boards_from_json(boards, max_size, max_agents), io.plans_from_lists(plans, max_agents, 2 * max_size)
+    )
     return plans, np.asarray(verdicts.valid)
 
 
@@ -88,14 +90,25 @@ def sft_batch(policy, boards: Sequence[dict], answer_length: int) -> dict:
     answer_mask = np.zeros((len(boards), answer_length), bool)
     for i, b in enumerate(boards):
         toks = answer_tokens(tokenizer, b["plan"])[:answer_length]
-        answers[i, :len(toks)] = toks
-        answer_mask[i, :len(toks)] = True
-    return {"prompt_ids": ids, "prompt_mask": mask, "completion_ids": answers,
-            "completion_mask": answer_mask}
+        answers[i, : len(toks)] = toks
+        answer_mask[i, : len(toks)] = True
+    return {"prompt_ids": ids, "prompt_mask": mask, "completion_ids": answers, "completion_mask": answer_mask}
 
 
-def run_sft(trainer, state, policy, boards: Sequence[dict], *, steps: int, batch_size: int,
-            answer_length: int, seed: int = 0, start: int = 0, callback=None, progress: bool = True):
+def run_sft(
+    trainer,
+    state,
+    policy,
+    boards: Sequence[dict],
+    *,
+    steps: int,
+    batch_size: int,
+    answer_length: int,
+    seed: int = 0,
+    start: int = 0,
+    callback=None,
+    progress: bool = True,
+):
     """SFT updates `start..steps-1` on batches drawn (a seeded permutation, epoch after epoch)
     from `boards`; the draw of step s depends only on (seed, s), so a resumed run sees the same
     batches. `callback(step, state, metrics)` runs after each update (metrics: host floats).

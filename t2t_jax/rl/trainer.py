@@ -20,6 +20,7 @@ exactly. Losses come from `LOSS_FNS` by name: `grpo` (the policy loss of grpo.py
 skips the update (optax.apply_if_finite) and counts it; `check_finite` raises after
 `max_bad_steps` in a row.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -53,26 +54,34 @@ def learning_rate_schedule(optim):
     learning_rate / warmup_steps (optax's schedule is read one count ahead; its own value at
     count 0 is 0)."""
     schedule = optax.warmup_cosine_decay_schedule(
-        init_value=0.0, peak_value=optim.learning_rate, warmup_steps=optim.warmup_steps,
+        init_value=0.0,
+        peak_value=optim.learning_rate,
+        warmup_steps=optim.warmup_steps,
         decay_steps=max(optim.decay_steps, optim.warmup_steps + 1),
-        end_value=optim.learning_rate * optim.end_lr_fraction)
+        end_value=optim.learning_rate * optim.end_lr_fraction,
+    )
     return lambda count: schedule(count + 1)
 
 
 def make_optimizer(optim, max_bad_steps: int = 5) -> optax.GradientTransformation:
     """Global-norm clipping + AdamW (norm weights not decayed), skipping non-finite updates."""
+
     def decay_mask(params):
         return jax.tree_util.tree_map_with_path(
-            lambda path, _: not any("norm" in str(getattr(k, "key", k)) for k in path), params)
-    inner = optax.chain(optax.clip_by_global_norm(optim.max_grad_norm),
-                        optax.adamw(learning_rate_schedule(optim), b1=optim.b1, b2=optim.b2,
-                                    weight_decay=optim.weight_decay, mask=decay_mask))
+            lambda path, _: not any("norm" in str(getattr(k, "key", k)) for k in path), params
+        )
+
+    inner = optax.chain(
+        optax.clip_by_global_norm(optim.max_grad_norm),
+        optax.adamw(
+            learning_rate_schedule(optim), b1=optim.b1, b2=optim.b2, weight_decay=optim.weight_decay, mask=decay_mask
+        ),
+    )
     # apply_if_finite applies anyway after max_consecutive_errors; the host stops first.
     return optax.apply_if_finite(inner, max_consecutive_errors=max_bad_steps + 1)
 
 
-def completion_logprobs(model, batch, temperature: float, chunk: int, with_entropy: bool = False,
-                        group: int = 1):
+def completion_logprobs(model, batch, temperature: float, chunk: int, with_entropy: bool = False, group: int = 1):
     """Log-probs [B, C] of `completion_ids` after `prompt_ids` (and entropies [B, C]).
 
     `group` > 1: rows come in groups of `group` consecutive rows with one prompt (GRPO's samples
@@ -84,9 +93,10 @@ def completion_logprobs(model, batch, temperature: float, chunk: int, with_entro
     else:
         ids = jnp.concatenate([batch["prompt_ids"], batch["completion_ids"]], axis=1)
         mask = jnp.concatenate([batch["prompt_mask"], batch["completion_mask"]], axis=1)
-        h = model.hidden(ids, mask)[:, p - 1:p + c - 1]
-    return model.token_logprobs(h, batch["completion_ids"], chunk=chunk, temperature=temperature,
-                                with_entropy=with_entropy)
+        h = model.hidden(ids, mask)[:, p - 1 : p + c - 1]
+    return model.token_logprobs(
+        h, batch["completion_ids"], chunk=chunk, temperature=temperature, with_entropy=with_entropy
+    )
 
 
 def _shared_prompt_hidden(model, batch, group: int):
@@ -106,8 +116,13 @@ def _shared_prompt_hidden(model, batch, group: int):
 
     cache = model.init_cache(b // group, p + c)
     h_prompt, cache = model.hidden(first(batch["prompt_ids"]), first(batch["prompt_mask"]), cache)
-    cache = KVCache(k=tuple(map(spread, cache.k)), v=tuple(map(spread, cache.v)), valid=spread(cache.valid),
-                    next_pos=spread(cache.next_pos), index=cache.index)
+    cache = KVCache(
+        k=tuple(map(spread, cache.k)),
+        v=tuple(map(spread, cache.v)),
+        valid=spread(cache.valid),
+        next_pos=spread(cache.next_pos),
+        index=cache.index,
+    )
     h_completion, _ = model.hidden(batch["completion_ids"], batch["completion_mask"], cache)
     return jnp.concatenate([spread(h_prompt[:, -1:]), h_completion[:, :-1]], axis=1)
 
@@ -118,12 +133,21 @@ def prompt_group(cfg) -> int:
 
 
 def _grpo_loss(model, batch, totals, cfg):
-    logps, entropies = completion_logprobs(model, batch, cfg.rollout.temperature, cfg.train.logprob_chunk,
-                                           with_entropy=True, group=prompt_group(cfg))
+    logps, entropies = completion_logprobs(
+        model, batch, cfg.rollout.temperature, cfg.train.logprob_chunk, with_entropy=True, group=prompt_group(cfg)
+    )
     old = batch.get("old_logps")
     old = jax.lax.stop_gradient(logps) if old is None else old
-    loss, metrics = grpo.policy_loss(logps, old, batch.get("ref_logps"), batch["advantages"],
-                                     batch["completion_mask"], cfg.grpo, totals=totals, entropies=entropies)
+    loss, metrics = grpo.policy_loss(
+        logps,
+        old,
+        batch.get("ref_logps"),
+        batch["advantages"],
+        batch["completion_mask"],
+        cfg.grpo,
+        totals=totals,
+        entropies=entropies,
+    )
     if "sampler_logps" in batch:
         metrics.update(sampler_metrics(logps, batch["sampler_logps"], batch["completion_mask"], batch["sampled"]))
     return loss, metrics
@@ -138,8 +162,10 @@ def sampler_metrics(logps, sampler_logps, mask, sampled) -> dict:
     m = jnp.asarray(mask, bool) & jnp.asarray(sampled, bool)[:, None]
     delta = jax.lax.stop_gradient(logps) - sampler_logps
     n = jnp.maximum(m.sum(), 1)
-    return {"sampler_logratio": jnp.sum(jnp.where(m, delta, 0.0)) / n,
-            "sampler_logratio_max": jnp.max(jnp.where(m, jnp.abs(delta), 0.0))}
+    return {
+        "sampler_logratio": jnp.sum(jnp.where(m, delta, 0.0)) / n,
+        "sampler_logratio_max": jnp.max(jnp.where(m, jnp.abs(delta), 0.0)),
+    }
 
 
 # Metrics combined across micro-batches by their maximum (the others: token-weighted means).
@@ -206,8 +232,10 @@ class Trainer:
         """Host arrays (this process's rows) -> global arrays, batch axis over the data axes."""
         if self.mesh is None:
             return {k: jnp.asarray(v) for k, v in batch.items()}
-        return {k: jax.make_array_from_process_local_data(
-            shd.batch_sharding(self.mesh, np.ndim(v)), np.asarray(v)) for k, v in batch.items()}
+        return {
+            k: jax.make_array_from_process_local_data(shd.batch_sharding(self.mesh, np.ndim(v)), np.asarray(v))
+            for k, v in batch.items()
+        }
 
     def logprobs(self, params, batch, temperature: float | None = None) -> jax.Array:
         """[B, C] completion log-probs under `params` (at `rollout.temperature` by default),
@@ -220,8 +248,10 @@ class Trainer:
         m = self.config.train.micro_batches
         keys = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")
         micro = {k: _micro(batch[k], m, self.group) for k in keys}
-        out = jax.lax.map(lambda mb: completion_logprobs(model, mb, temperature, self.config.train.logprob_chunk,
-                                                         group=self.group), micro)
+        out = jax.lax.map(
+            lambda mb: completion_logprobs(model, mb, temperature, self.config.train.logprob_chunk, group=self.group),
+            micro,
+        )
         out = out.reshape((m, -1, self.group, out.shape[-1])).swapaxes(0, 1)
         return out.reshape(batch["completion_ids"].shape)
 
@@ -234,8 +264,10 @@ class Trainer:
         cfg, m = self.config, self.config.train.micro_batches
         b = batch["completion_ids"].shape[0]
         if b % (m * self.group):
-            raise ValueError(f"train.micro_batches: {m} does not divide the batch of {b} rows"
-                             + (f" in groups of {self.group} (grpo.group_size, train.share_prompts)" if self.group > 1 else ""))
+            raise ValueError(
+                f"train.micro_batches: {m} does not divide the batch of {b} rows"
+                + (f" in groups of {self.group} (grpo.group_size, train.share_prompts)" if self.group > 1 else "")
+            )
         totals = grpo.totals_of(batch["completion_mask"], chunks=m)
         micro = jax.tree.map(lambda x: _micro(x, m, self.group), batch)
 
@@ -247,11 +279,13 @@ class Trainer:
 
         def body(carry, mb):
             grads, loss, metric_sums = carry
-            (l, metrics), g = grad_fn(state.params, mb)
+            (mb_loss, metrics), g = grad_fn(state.params, mb)
             tokens = jnp.sum(mb["completion_mask"])
-            metric_sums = {k: jnp.maximum(s, metrics[k]) if k in MAX_METRICS else s + metrics[k] * tokens
-                           for k, s in metric_sums.items()}
-            return (jax.tree.map(jnp.add, grads, g), loss + l, metric_sums), None
+            metric_sums = {
+                k: jnp.maximum(s, metrics[k]) if k in MAX_METRICS else s + metrics[k] * tokens
+                for k, s in metric_sums.items()
+            }
+            return (jax.tree.map(jnp.add, grads, g), loss + mb_loss, metric_sums), None
 
         zeros = jax.tree.map(jnp.zeros_like, state.params)
         shapes = jax.eval_shape(loss_of, state.params, jax.tree.map(lambda x: x[0], micro))[1]
@@ -262,10 +296,14 @@ class Trainer:
         updates, opt_state = self.tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         metrics = {k: s if k in MAX_METRICS else s / totals.tokens for k, s in metric_sums.items()}
-        metrics.update(loss=loss, grad_norm=optax.global_norm(grads),
-                       learning_rate=self.schedule(state.step), tokens=totals.tokens,
-                       skipped=opt_state.notfinite_count > 0,
-                       bad_in_a_row=opt_state.notfinite_count)
+        metrics.update(
+            loss=loss,
+            grad_norm=optax.global_norm(grads),
+            learning_rate=self.schedule(state.step),
+            tokens=totals.tokens,
+            skipped=opt_state.notfinite_count > 0,
+            bad_in_a_row=opt_state.notfinite_count,
+        )
         return TrainState(params=params, opt_state=opt_state, step=state.step + 1), metrics
 
     def check_finite(self, metrics: dict) -> None:
@@ -275,4 +313,5 @@ class Trainer:
             raise TrainingError(
                 f"{bad} updates in a row had a non-finite loss or gradient (train.max_bad_steps = "
                 f"{self.config.train.max_bad_steps}); last loss {float(metrics['loss'])}, grad norm "
-                f"{float(metrics['grad_norm'])}. Lower optim.learning_rate or check the rewards.")
+                f"{float(metrics['grad_norm'])}. Lower optim.learning_rate or check the rewards."
+            )

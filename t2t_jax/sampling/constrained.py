@@ -16,6 +16,7 @@ string state allows most of the vocabulary, so W grows with it). Rows start in `
     constraint = Constraint.from_json_schema(schema, tokenizer)
     out = sampler.generate(ids, mask, max_new_tokens=256, constraint=constraint)
 """
+
 from __future__ import annotations
 
 import functools
@@ -29,6 +30,7 @@ import numpy as np
 @functools.lru_cache(maxsize=1)
 def _byte_decoder() -> dict:
     from transformers.convert_slow_tokenizer import bytes_to_unicode
+
     return {v: k for k, v in bytes_to_unicode().items()}
 
 
@@ -59,9 +61,10 @@ class Constraint:
     initial: chex.Array
 
     @classmethod
-    def from_regex(cls, regex: str, tokenizer, eos_id: int | None = None) -> "Constraint":
+    def from_regex(cls, regex: str, tokenizer, eos_id: int | None = None) -> Constraint:
         """Compile `regex` over `tokenizer`'s vocabulary with outlines-core."""
         from outlines_core import Index, Vocabulary
+
         eos = tokenizer.eos_token_id if eos_id is None else eos_id
         index = Index(regex, Vocabulary(eos, token_bytes(tokenizer)))
         transitions = index.get_transitions()
@@ -72,18 +75,24 @@ class Constraint:
         nxt = np.zeros((len(states), width), np.int32)
         for s, row in transitions.items():
             items = sorted((tok, dst) for tok, dst in row.items() if tok != eos)
-            tokens[number[s], :len(items)] = [t for t, _ in items]
-            nxt[number[s], :len(items)] = [number[d] for _, d in items]
+            tokens[number[s], : len(items)] = [t for t, _ in items]
+            nxt[number[s], : len(items)] = [number[d] for _, d in items]
         final = np.array([index.is_final_state(s) for s in states], bool)
-        return cls(tokens=jnp.asarray(tokens), next=jnp.asarray(nxt), final=jnp.asarray(final),
-                   initial=jnp.int32(number[index.get_initial_state()]))
+        return cls(
+            tokens=jnp.asarray(tokens),
+            next=jnp.asarray(nxt),
+            final=jnp.asarray(final),
+            initial=jnp.int32(number[index.get_initial_state()]),
+        )
 
     @classmethod
-    def from_json_schema(cls, schema: dict | str, tokenizer, eos_id: int | None = None,
-                         whitespace: str = "") -> "Constraint":
+    def from_json_schema(
+        cls, schema: dict | str, tokenizer, eos_id: int | None = None, whitespace: str = ""
+    ) -> Constraint:
         """JSON text that validates against `schema` (outlines-core's regex of it); `whitespace`
         is the regex allowed between tokens of the JSON (default none: compact JSON)."""
         from outlines_core.json_schema import build_regex_from_schema
+
         text = schema if isinstance(schema, str) else json.dumps(schema)
         return cls.from_regex(build_regex_from_schema(text, whitespace_pattern=whitespace), tokenizer, eos_id)
 

@@ -20,9 +20,10 @@ top_p, the seed) are traced, so changing them does not recompile; the shapes and
 draws with `fold_in(key, step)` and each row with `fold_in(step_key, row)`. A `constraint`
 (constrained.py) masks each step's logits to the tokens its automaton allows.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import chex
 import jax
@@ -64,6 +65,7 @@ def sample_step(key, logits, temperature, top_k, top_p):
 
     Branches are `lax.cond`s on the (traced) parameters, so greedy decoding never sorts the
     vocabulary and plain temperature sampling sorts it only when top-k / top-p are on."""
+
     def greedy():
         tokens = jnp.argmax(logits, axis=-1)
         logp = jax.nn.log_softmax(logits, axis=-1)
@@ -71,8 +73,9 @@ def sample_step(key, logits, temperature, top_k, top_p):
 
     def sampled():
         scaled = logits / temperature
-        filtered = jax.lax.cond((top_k > 0) | (top_p < 1.0),
-                                lambda: filter_logits(scaled, top_k, top_p), lambda: scaled)
+        filtered = jax.lax.cond(
+            (top_k > 0) | (top_p < 1.0), lambda: filter_logits(scaled, top_k, top_p), lambda: scaled
+        )
         keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(logits.shape[0]))
         tokens = jax.vmap(jax.random.categorical)(keys, filtered)
         logp = jax.nn.log_softmax(scaled, axis=-1)
@@ -81,8 +84,22 @@ def sample_step(key, logits, temperature, top_k, top_p):
     return jax.lax.cond(temperature <= 0, greedy, sampled)
 
 
-def _generate(graphdef, state, input_ids, attention_mask, key, temperature, top_k, top_p, stop_ids,
-              pad_id, constraint, *, max_new_tokens, n):
+def _generate(
+    graphdef,
+    state,
+    input_ids,
+    attention_mask,
+    key,
+    temperature,
+    top_k,
+    top_p,
+    stop_ids,
+    pad_id,
+    constraint,
+    *,
+    max_new_tokens,
+    n,
+):
     model = nnx.merge(graphdef, state)
     b, p = input_ids.shape
     cache = model.init_cache(b, p + max_new_tokens)
@@ -114,9 +131,16 @@ def _generate(graphdef, state, input_ids, attention_mask, key, temperature, top_
         return t + 1, cache, logits[:, -1], tokens, done, logprobs, lengths, fsm
 
     fsm = jnp.zeros((rows,), jnp.int32) + (0 if constraint is None else constraint.initial)
-    init = (jnp.int32(0), cache, last, jnp.full((rows, max_new_tokens), pad_id, jnp.int32),
-            jnp.zeros((rows,), bool), jnp.zeros((rows, max_new_tokens), jnp.float32),
-            jnp.zeros((rows,), jnp.int32), fsm)
+    init = (
+        jnp.int32(0),
+        cache,
+        last,
+        jnp.full((rows, max_new_tokens), pad_id, jnp.int32),
+        jnp.zeros((rows,), bool),
+        jnp.zeros((rows, max_new_tokens), jnp.float32),
+        jnp.zeros((rows,), jnp.int32),
+        fsm,
+    )
     _, _, _, tokens, done, logprobs, lengths, _ = jax.lax.while_loop(cond, body, init)
     return SampleOutput(tokens=tokens, logprobs=logprobs, lengths=lengths, truncated=~done)
 
@@ -137,23 +161,42 @@ class Sampler:
         self.graphdef = nnx.graphdef(model)
         self._jit = jax.jit(_generate, static_argnums=(0,), static_argnames=("max_new_tokens", "n"))
 
-    def generate(self, input_ids, attention_mask, max_new_tokens: int, temperature: float = 0.0,
-                 top_k: int = 0, top_p: float = 1.0, n: int = 1, seed: int = 0,
-                 constraint: Constraint | None = None, params=None) -> SampleOutput:
+    def generate(
+        self,
+        input_ids,
+        attention_mask,
+        max_new_tokens: int,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        n: int = 1,
+        seed: int = 0,
+        constraint: Constraint | None = None,
+        params=None,
+    ) -> SampleOutput:
         """input_ids, attention_mask: [B, P] left-padded -> SampleOutput with B * n rows.
 
         constraint: a `Constraint` (constrained.py) every row's text must follow; the stop ids
         are allowed only where the text so far is a complete match. params: weights to sample
         with instead of the model's own (an `nnx.State` of the same model, e.g. the trainer's)."""
         state = nnx.state(self.model) if params is None else params
-        return self._jit(self.graphdef, state, jnp.asarray(input_ids, jnp.int32),
-                         jnp.asarray(attention_mask, bool), jax.random.key(seed),
-                         jnp.float32(temperature), jnp.int32(top_k), jnp.float32(top_p),
-                         self.stop_ids, jnp.int32(self.pad_id), constraint,
-                         max_new_tokens=max_new_tokens, n=n)
+        return self._jit(
+            self.graphdef,
+            state,
+            jnp.asarray(input_ids, jnp.int32),
+            jnp.asarray(attention_mask, bool),
+            jax.random.key(seed),
+            jnp.float32(temperature),
+            jnp.int32(top_k),
+            jnp.float32(top_p),
+            self.stop_ids,
+            jnp.int32(self.pad_id),
+            constraint,
+            max_new_tokens=max_new_tokens,
+            n=n,
+        )
 
     def compilations(self) -> int:
         """Compiled variants of the generate function so far (shared by every Sampler in the
         process; a run should keep it constant after warm-up)."""
         return self._jit._cache_size()
-

@@ -15,10 +15,11 @@ more actions than the horizon is TOO_LONG, and a completion that hit its token b
 TRUNCATED. Statuses are checked in that order of severity: truncated, then no_answer,
 bad_action, unknown_agent, too_long, missing_agent.
 """
+
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 from t2t_jax.env.io import plans_from_lists
 from t2t_jax.env.types import ACTION_NAMES, ParseStatus, Plans
@@ -42,8 +43,7 @@ def answer_text(text: str) -> str | None:
     return text
 
 
-def parse_completion(text: str, num_agents: int, horizon: int,
-                     truncated: bool = False) -> tuple[list, ParseStatus]:
+def parse_completion(text: str, num_agents: int, horizon: int, truncated: bool = False) -> tuple[list, ParseStatus]:
     """One completion -> (per-agent action-name lists or None, status)."""
     try:
         return _parse(text, num_agents, horizon, truncated)
@@ -90,11 +90,20 @@ def _parse(text, num_agents, horizon, truncated):
     return plan, status
 
 
-def parse_completions(texts: Sequence[str], num_agents: Sequence[int], max_agents: int, horizon: int,
-                      truncated: Sequence[bool] | None = None) -> Plans:
+def parse_completions(
+    texts: Sequence[str],
+    num_agents: Sequence[int],
+    max_agents: int,
+    horizon: int,
+    truncated: Sequence[bool] | None = None,
+) -> Plans:
     """Completions -> Plans [B, max_agents, horizon] with `parse_status` and `unknown_agent`."""
     truncated = truncated if truncated is not None else [False] * len(texts)
     parsed = [parse_completion(t, k, horizon, bool(tr)) for t, k, tr in zip(texts, num_agents, truncated)]
-    return plans_from_lists([p for p, _ in parsed], max_agents, horizon,
-                            statuses=[int(s) for _, s in parsed],
-                            unknown=[s == ParseStatus.UNKNOWN_AGENT for _, s in parsed])
+    return plans_from_lists(
+        [p for p, _ in parsed],
+        max_agents,
+        horizon,
+        statuses=[int(s) for _, s in parsed],
+        unknown=[s == ParseStatus.UNKNOWN_AGENT for _, s in parsed],
+    )

@@ -11,9 +11,10 @@ learn the format from SFT and could not use the prose anyway) and `offsets` (com
 agent's displacement in action words, `Agent 0 goal: 2 UP 1 RIGHT`: coordinates arithmetic a
 3M-parameter model cannot learn in CPU minutes, stated outright).
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -26,7 +27,8 @@ RULES = (
     "Two agents may never be in the same cell at the same time, and two agents may never swap "
     "cells in one step; an agent may move into a cell that another agent leaves in the same "
     "step. An agent whose actions have run out stays where it is, and it must then be on its "
-    "goal. Reach every goal in as few steps as possible.")
+    "goal. Reach every goal in as few steps as possible."
+)
 # Lengths that prompt batches are padded to, so the sampler compiles a handful of shapes.
 LENGTH_BUCKETS = (64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
 PROMPT_STYLES = ("full", "compact", "offsets")
@@ -42,15 +44,18 @@ def board_prompt(board: dict, style: str = "full") -> str:
         lines = [board_text(board)]
         for i, (s, g) in enumerate(zip(board["starts"], board["goals"])):
             dr, dc = g[0] - s[0], g[1] - s[1]
-            lines.append(f"Agent {i} goal: {abs(dr)} {'DOWN' if dr > 0 else 'UP'} "
-                         f"{abs(dc)} {'RIGHT' if dc > 0 else 'LEFT'}")
+            lines.append(
+                f"Agent {i} goal: {abs(dr)} {'DOWN' if dr > 0 else 'UP'} {abs(dc)} {'RIGHT' if dc > 0 else 'LEFT'}"
+            )
         return "\n".join(lines)
     n, k = board["size"], len(board["starts"])
     example = "\n".join(f"Agent {i}: ACTION ACTION ..." for i in range(k))
-    return (f"Plan paths for {k} agents on a {n}x{n} frozen lake. Row 0 is the top row and "
-            f"column 0 the left column; cells are (row, column).\n"
-            f"Map ('.' is frozen ice, 'H' is a hole):\n{board_text(board)}\n{RULES}\n"
-            f"Answer with exactly one line per agent in this format:\n{example}")
+    return (
+        f"Plan paths for {k} agents on a {n}x{n} frozen lake. Row 0 is the top row and "
+        f"column 0 the left column; cells are (row, column).\n"
+        f"Map ('.' is frozen ice, 'H' is a hole):\n{board_text(board)}\n{RULES}\n"
+        f"Answer with exactly one line per agent in this format:\n{example}"
+    )
 
 
 def chat_messages(board: dict, style: str = "full") -> list[dict]:
@@ -60,8 +65,9 @@ def chat_messages(board: dict, style: str = "full") -> list[dict]:
 
 def render_chat(tokenizer, board: dict, enable_thinking: bool, style: str = "full") -> str:
     """The prompt text through the tokenizer's chat template, ready for generation."""
-    return tokenizer.apply_chat_template(chat_messages(board, style), tokenize=False,
-                                         add_generation_prompt=True, enable_thinking=enable_thinking)
+    return tokenizer.apply_chat_template(
+        chat_messages(board, style), tokenize=False, add_generation_prompt=True, enable_thinking=enable_thinking
+    )
 
 
 def bucket_length(length: int, buckets: Sequence[int] = LENGTH_BUCKETS) -> int:
@@ -73,8 +79,13 @@ def bucket_length(length: int, buckets: Sequence[int] = LENGTH_BUCKETS) -> int:
     return -(-length // top) * top
 
 
-def encode_prompts(tokenizer, boards: Sequence[dict], enable_thinking: bool = False,
-                   buckets: Sequence[int] = LENGTH_BUCKETS, style: str = "full") -> tuple[np.ndarray, np.ndarray]:
+def encode_prompts(
+    tokenizer,
+    boards: Sequence[dict],
+    enable_thinking: bool = False,
+    buckets: Sequence[int] = LENGTH_BUCKETS,
+    style: str = "full",
+) -> tuple[np.ndarray, np.ndarray]:
     """Boards -> (input_ids [B, L] int32, attention_mask [B, L] bool), left-padded with the
     tokenizer's pad id to the bucketed length L of the longest prompt."""
     texts = [render_chat(tokenizer, b, enable_thinking, style) for b in boards]
@@ -88,6 +99,6 @@ def encode_texts(tokenizer, texts: Sequence[str], buckets: Sequence[int] = LENGT
     out = np.full((len(ids), length), tokenizer.pad_token_id, np.int32)
     mask = np.zeros((len(ids), length), bool)
     for i, x in enumerate(ids):
-        out[i, length - len(x):] = x
-        mask[i, length - len(x):] = True
+        out[i, length - len(x) :] = x
+        mask[i, length - len(x) :] = True
     return out, mask

@@ -9,6 +9,7 @@ The embedded tokenizer is byte-level BPE (every string encodes, nothing is unkno
 the `tokenizers` library on generated prompts, plans and environment-config JSON;
 `python -m t2t_jax.text.tokenizer` rebuilds it into t2t_jax/text/embedded/.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,7 +32,8 @@ CHAT_TEMPLATE = (
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
     "{%- if enable_thinking is defined and enable_thinking is false %}"
-    "{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}{%- endif %}")
+    "{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}{%- endif %}"
+)
 
 
 def load_tokenizer(path: str | None = None):
@@ -65,6 +67,7 @@ def _corpus(num_boards: int, seed: int = 0):
     from t2t_jax.env import io, reference
     from t2t_jax.env.types import ACTION_NAMES
     from t2t_jax.text.prompts import chat_messages
+
     rng = random.Random(seed)
     for _ in range(num_boards):
         n = rng.randint(3, 10)
@@ -74,8 +77,13 @@ def _corpus(num_boards: int, seed: int = 0):
             yield f"{IM_START}{m['role']}\n{m['content']}{IM_END}\n"
         plan = [[rng.choice(ACTION_NAMES) for _ in range(rng.randint(0, 12))] for _ in range(k)]
         yield f"{IM_START}assistant\n{THINK}\n\n{END_THINK}\n\n{io.plan_to_text(plan)}{IM_END}\n"
-        bucket = {"size": [n, rng.randint(n, 10)], "agents": [1, k], "hole_density": [0.0, round(rng.uniform(0, 0.5), 2)],
-                  "min_distance": rng.randint(0, 3), "weight": round(rng.uniform(0.1, 3), 2)}
+        bucket = {
+            "size": [n, rng.randint(n, 10)],
+            "agents": [1, k],
+            "hole_density": [0.0, round(rng.uniform(0, 0.5), 2)],
+            "min_distance": rng.randint(0, 3),
+            "weight": round(rng.uniform(0.1, 3), 2),
+        }
         yield json.dumps({"buckets": [bucket], "reward_weights": {"valid": 1.0, "optimal": 0.5}})
 
 
@@ -83,15 +91,20 @@ def build_embedded(out_dir: str = EMBEDDED_DIR, num_boards: int = 3000) -> None:
     """Train the embedded byte-level BPE tokenizer and save it for AutoTokenizer."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
+
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB_SIZE, special_tokens=list(SPECIAL),
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE,
+        special_tokens=list(SPECIAL),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(_corpus(num_boards), trainer=trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=IM_END,
-                                   additional_special_tokens=[IM_START, THINK, END_THINK])
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token=PAD, eos_token=IM_END, additional_special_tokens=[IM_START, THINK, END_THINK]
+    )
     fast.chat_template = CHAT_TEMPLATE
     os.makedirs(out_dir, exist_ok=True)
     fast.save_pretrained(out_dir)

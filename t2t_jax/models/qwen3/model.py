@@ -13,6 +13,7 @@ layer's weights out of the stack on each step, which costs more than the step's 
 Shapes: B batch, T tokens, D hidden, H query heads, K kv heads, E head_dim, F intermediate,
 V vocab, L layers, S cache length.
 """
+
 from __future__ import annotations
 
 import functools
@@ -185,9 +186,17 @@ class Qwen3(nnx.Module):
         README Benchmarks), as MaxText's `scan_layers`.
     """
 
-    def __init__(self, config: Qwen3Config, *, dtype=jnp.float32, param_dtype=jnp.float32,
-                 remat: str = "none", attn_chunk: int = 0, scan_layers: bool = True,
-                 rngs: nnx.Rngs | None = None):
+    def __init__(
+        self,
+        config: Qwen3Config,
+        *,
+        dtype=jnp.float32,
+        param_dtype=jnp.float32,
+        remat: str = "none",
+        attn_chunk: int = 0,
+        scan_layers: bool = True,
+        rngs: nnx.Rngs | None = None,
+    ):
         if remat not in REMAT_POLICIES:
             raise ValueError(f"remat: {remat!r} is not one of {sorted(REMAT_POLICIES)}")
         self.config, self.dtype, self.remat, self.attn_chunk = config, dtype, remat, attn_chunk
@@ -196,13 +205,22 @@ class Qwen3(nnx.Module):
         c, n = config, config.num_hidden_layers
         init = jax.nn.initializers.normal(0.02)
         self.embed = nnx.Param(init(rngs.params(), (c.vocab_size, c.hidden_size), param_dtype))
-        self.layers = nnx.Dict({
-            name: nnx.Param(jnp.ones((n,) + shape(c), param_dtype) if name in NORMS
-                            else init(rngs.params(), (n,) + shape(c), param_dtype))
-            for name, (shape, _) in LAYER_WEIGHTS.items()})
+        self.layers = nnx.Dict(
+            {
+                name: nnx.Param(
+                    jnp.ones((n,) + shape(c), param_dtype)
+                    if name in NORMS
+                    else init(rngs.params(), (n,) + shape(c), param_dtype)
+                )
+                for name, (shape, _) in LAYER_WEIGHTS.items()
+            }
+        )
         self.final_norm = nnx.Param(jnp.ones((c.hidden_size,), param_dtype))
-        self.lm_head = None if c.tie_word_embeddings else nnx.Param(
-            init(rngs.params(), (c.vocab_size, c.hidden_size), param_dtype))
+        self.lm_head = (
+            None
+            if c.tie_word_embeddings
+            else nnx.Param(init(rngs.params(), (c.vocab_size, c.hidden_size), param_dtype))
+        )
 
     def init_cache(self, batch: int, length: int, dtype=None) -> KVCache:
         """An empty cache for `batch` rows of up to `length` tokens (prompt + new)."""
@@ -210,9 +228,13 @@ class Qwen3(nnx.Module):
         shape = (batch, c.num_key_value_heads, length, c.head_dim)
         dtype = dtype or self.dtype
         zeros = lambda: tuple(jnp.zeros(shape, dtype) for _ in range(c.num_hidden_layers))  # noqa: E731
-        return KVCache(k=zeros(), v=zeros(),
-                       valid=jnp.zeros((batch, length), bool), next_pos=jnp.zeros((batch,), jnp.int32),
-                       index=jnp.int32(0))
+        return KVCache(
+            k=zeros(),
+            v=zeros(),
+            valid=jnp.zeros((batch, length), bool),
+            next_pos=jnp.zeros((batch,), jnp.int32),
+            index=jnp.int32(0),
+        )
 
     def stacked_layers(self) -> dict:
         """{name: [L, ...]} layer weights in the compute dtype (norms as stored)."""
@@ -263,6 +285,7 @@ class Qwen3(nnx.Module):
                 new_v.append(v)
             kv = (tuple(new_k), tuple(new_v))
         else:
+
             def body(x, xs):
                 w, layer_kv = xs
                 x, layer_kv = _layer(c, x, w, cos, sin, attn_mask, layer_kv, index, self.attn_chunk)
@@ -276,17 +299,20 @@ class Qwen3(nnx.Module):
         x = rms_norm(x, self.final_norm.value, c.rms_norm_eps)
         if cache is None:
             return x
-        return x, KVCache(k=kv[0], v=kv[1], valid=valid,
-                          next_pos=cache.next_pos + jnp.sum(mask, axis=1).astype(jnp.int32),
-                          index=cache.index + t)
+        return x, KVCache(
+            k=kv[0],
+            v=kv[1],
+            valid=valid,
+            next_pos=cache.next_pos + jnp.sum(mask, axis=1).astype(jnp.int32),
+            index=cache.index + t,
+        )
 
     def logits_from_hidden(self, h):
         """[..., D] -> [..., V] logits in fp32."""
         head = self.embed.value if self.lm_head is None else self.lm_head.value
         return dense(h, head.astype(self.dtype), jnp.float32)
 
-    def token_logprobs(self, h, targets, chunk: int = 256, temperature: float = 1.0,
-                       with_entropy: bool = False):
+    def token_logprobs(self, h, targets, chunk: int = 256, temperature: float = 1.0, with_entropy: bool = False):
         """log p(targets) from hidden states without materialising [B, T, V] logits.
 
         h: [B, T, D]; targets: [B, T] int -> [B, T] fp32 (and, with_entropy, the entropy of
@@ -329,4 +355,3 @@ def num_params(config: Qwen3Config) -> int:
     per_layer = sum(math.prod(s(c)) for s, _ in LAYER_WEIGHTS.values())
     head = 0 if c.tie_word_embeddings else c.hidden_size * c.vocab_size
     return c.vocab_size * c.hidden_size + c.num_hidden_layers * per_layer + c.hidden_size + head
-

@@ -6,6 +6,7 @@ layouts (Linear [out, in]); the layers are stacked on a leading axis. With a mes
 every weight is built shard by shard with `jax.make_array_from_callback`, each shard reading only
 its slice of the file (memory-mapped), so no host or device ever holds the whole model.
 """
+
 from __future__ import annotations
 
 import json
@@ -56,16 +57,18 @@ def _files(path: str) -> dict[str, str]:
         for k, v in weight_map.items():
             target = os.path.realpath(os.path.join(root, v)) if isinstance(v, str) else ""
             if os.path.dirname(target) != root or not target.endswith(".safetensors"):
-                raise CheckpointError(f"{index}: weight_map[{k!r}] = {v!r} is not a .safetensors file of "
-                                      "the checkpoint directory itself")
+                raise CheckpointError(
+                    f"{index}: weight_map[{k!r}] = {v!r} is not a .safetensors file of the checkpoint directory itself"
+                )
             files[k] = target
         return files
     if os.path.exists(single):
         with safe_open(single, framework="numpy") as f:
             return {k: single for k in f.keys()}
     if any(n.endswith((".bin", ".pt", ".pth")) for n in os.listdir(path)):
-        raise CheckpointError(f"{path}: only safetensors are read (found PyTorch pickles; convert "
-                              "them to safetensors first)")
+        raise CheckpointError(
+            f"{path}: only safetensors are read (found PyTorch pickles; convert them to safetensors first)"
+        )
     raise CheckpointError(f"{path}: no model.safetensors or model.safetensors.index.json")
 
 
@@ -100,13 +103,14 @@ def hf_names(config: Qwen3Config, name: str) -> list[str]:
 
 def _loader(reader, names, stacked, dtype):
     """index (tuple of slices over our shape) -> numpy block."""
+
     def load(index):
         index = tuple(index)
         if not stacked:
             return np.asarray(reader.slice(names[0], index)).astype(dtype)
         layer_idx, rest = index[0], index[1:]
-        return np.stack([np.asarray(reader.slice(names[i], rest))
-                         for i in range(len(names))[layer_idx]]).astype(dtype)
+        return np.stack([np.asarray(reader.slice(names[i], rest)) for i in range(len(names))[layer_idx]]).astype(dtype)
+
     return load
 
 
@@ -142,6 +146,7 @@ def from_pretrained(path: str, dtype=jnp.float32, mesh=None, rules=None, **model
             param.value = jnp.asarray(load(tuple(slice(None) for _ in shape)))
         else:
             from t2t_jax.sharding import param_sharding
+
             sharding = param_sharding(name, shape, mesh, rules)
             param.value = jax.make_array_from_callback(shape, sharding, load)
     return model
@@ -182,4 +187,3 @@ def save_pretrained(model: Qwen3, path: str) -> None:
         for tmp in (tmp_st, tmp_cfg):
             if os.path.exists(tmp):
                 os.unlink(tmp)
-
