@@ -10,7 +10,10 @@ Everything a resumed run needs is checkpointed (Orbax): the train state, the ref
 and a JSON record with the cursor (phase, stage, step), the config and reward-weight history,
 the accounts, the engineer records and the results. Randomness is a function of
 (seed, stage, step) only, so a run killed at any point and resumed ends with the same
-parameters as one that was never interrupted. SIGTERM (preemption) saves and exits cleanly.
+parameters as one that was never interrupted. SIGTERM (preemption) saves and exits cleanly
+(status 0) within one unit of work: a train step, an evaluation batch, a chunk of certified
+boards, or the engineer's decode; work interrupted between checkpoints (a stage's end:
+held-out evaluation, benchmark point, proposal) is redone on resume from its start.
 
 Writes under `workdir`: checkpoints/, tb/ (TensorBoard), proposals.jsonl, results.json, and at
 the end results_table.{md,csv,json} and heatmap.png.
@@ -18,6 +21,8 @@ the end results_table.{md,csv,json} and heatmap.png.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import json
 import os
 import signal
@@ -48,6 +53,10 @@ from t2t_jax.text.tokenizer import load_tokenizer, stop_ids
 
 class Preempted(SystemExit):
     """Raised after the SIGTERM checkpoint is written (exit status 0)."""
+
+
+class _Stop(Exception):
+    """SIGTERM seen between two units of a long phase (raised by `StageRunner._check_stop`)."""
 
 
 def setup_distributed(config) -> None:
@@ -194,6 +203,25 @@ class StageRunner:
             self.close()
             raise Preempted(0)
 
+    def _check_stop(self) -> None:
+        """Called between the units of long phases (evaluation batches, certified chunks)."""
+        if self._term:
+            raise _Stop
+
+    @contextlib.contextmanager
+    def _resumable(self, state, ref, meta):
+        """A phase that changes no parameters: on SIGTERM inside it, checkpoint (state, ref) with
+        `meta` as it was on entry (the resume redoes the phase), then exit (Preempted)."""
+        entry = copy.deepcopy(meta)
+        try:
+            yield
+        except _Stop:
+            entry["counter"] = meta["counter"]
+            self._save(state, ref, entry)
+            self._write_records(entry)  # results.json / proposals.jsonl as the checkpoint has them
+            self.close()
+            raise Preempted(0) from None
+
     def _write_records(self, meta):
         if jax.process_index() == 0:
             io.write_jsonl(os.path.join(self.workdir, "proposals.jsonl"), meta["records"])
@@ -201,7 +229,7 @@ class StageRunner:
 
     def _boards(self, env_config: EnvConfig, key, num: int) -> list[dict]:
         gen = CertifiedGenerator(env_config, horizon=self.config.env.horizon, chunk=self.config.env.chunk)
-        return io.boards_with_plans_to_json(*gen(key, num))
+        return io.boards_with_plans_to_json(*gen(key, num, check=self._check_stop))
 
     def _key(self, *parts):
         key = jax.random.key(self.config.seed)
@@ -226,6 +254,7 @@ class StageRunner:
             temperature=c.rollout.temperature,
             top_p=c.rollout.top_p,
             seed=c.seed,
+            check=self._check_stop,
         )
 
     def _sampled(self, params, boards, k, desc):
@@ -302,12 +331,15 @@ class StageRunner:
             )
         first_boards = benchmark.benchmark_boards(c.eval.per_cell)
         mid_boards = benchmark.benchmark_boards(c.eval.mid_per_cell)
-        monitor = self.monitor_boards() if c.eval.get("monitor", 0) else []
+        with self._resumable(state, ref, meta):
+            monitor = self.monitor_boards() if c.eval.get("monitor", 0) else []
         if meta["phase"] == "sft":
             state = self._sft(state, meta)
             meta.update(phase="warm", step=0)
         if meta["phase"] == "warm":
-            self._record_point(meta, "warm_start" if c.sft.steps else "initial", state.params, first_boards, 0, monitor)
+            with self._resumable(state, ref, meta):
+                point = "warm_start" if c.sft.steps else "initial"
+                self._record_point(meta, point, state.params, first_boards, 0, monitor)
             state = self.trainer.init(state.params) if c.sft.steps else state
             ref = jax.tree.map(lambda x: x.copy(), state.params) if c.grpo.beta else {}
             meta.update(phase="grpo", stage=0, step=0)
@@ -328,7 +360,8 @@ class StageRunner:
     def _sft(self, state, meta):
         c = self.config
         env = EnvConfig.from_json(c.sft.env) if c.sft.env else self.first
-        boards = self._boards(env, self._key(7), c.sft.boards)
+        with self._resumable(state, {}, meta):
+            boards = self._boards(env, self._key(7), c.sft.boards)
         drawn = len(boards)
         boards = sft.sft_targets(boards, c.sft.targets, env.max_size, env.max_agents)
         if not boards:
@@ -369,7 +402,8 @@ class StageRunner:
         env_config = EnvConfig.from_json(meta["history"][-1])
         weights = meta["weights"][-1]
         need = c.grpo.steps * c.grpo.prompts * (1 + c.grpo.dynamic_sampling_rounds)
-        pool = self._boards(env_config, self._key(100, s), need)
+        with self._resumable(state, ref, meta):
+            pool = self._boards(env_config, self._key(100, s), need)
         if c.grpo.get("guidance", "none") == "canonical":
             pool = sft.canonical_plans(pool, env_config.max_size, env_config.max_agents)
         started = time.time()
@@ -388,39 +422,45 @@ class StageRunner:
                 self._save(state, ref, meta)
             self._maybe_preempted(state, ref, meta)
         global_step = (s + 1) * c.grpo.steps
-        heldout = self._boards(env_config, self._key(200, s), c.eval.heldout)
-        ro = self._evaluate(state.params, heldout, f"held-out {s}")
-        previous = meta["accounts"][-1] if meta["accounts"] else None
-        history = [
-            {"stage": a["stage"], "config": a["config"], "valid": a["overall"]["valid"]} for a in meta["accounts"]
-        ]
-        account = build_account(
-            s, env_config, weights, ro, cases=c.engineer.failure_cases, previous=previous, history=history
-        )
-        meta["accounts"].append(account)
-        self._log_failures(global_step, ro)
-        last = s == c.stages - 1
-        entry = self._record_point(
-            meta, f"stage_{s}", state.params, first_boards if last else mid_boards, global_step, monitor, paired=last
-        )
-        record = None
-        if not last:
-            record = self.engineer.propose(state.params, account, env_config, self.first, weights)
-            meta["records"].append(record)
-            meta["history"].append(record["config"])
-            meta["weights"].append(record["reward_weights"])
-            self.writer.text(
-                global_step,
-                "engineer/proposal",
-                json.dumps(
-                    {k: record[k] for k in ("prompt", "text", "accepted", "reason", "config", "reward_weights")},
-                    indent=1,
-                ),
+        # The stage's end changes no parameters: a SIGTERM inside it checkpoints the trained state
+        # and the resume redoes the end from here.
+        with self._resumable(state, ref, meta):
+            heldout = self._boards(env_config, self._key(200, s), c.eval.heldout)
+            ro = self._evaluate(state.params, heldout, f"held-out {s}")
+            previous = meta["accounts"][-1] if meta["accounts"] else None
+            history = [
+                {"stage": a["stage"], "config": a["config"], "valid": a["overall"]["valid"]} for a in meta["accounts"]
+            ]
+            account = build_account(
+                s, env_config, weights, ro, cases=c.engineer.failure_cases, previous=previous, history=history
             )
-            self._write_records(meta)
+            meta["accounts"].append(account)
+            self._log_failures(global_step, ro)
+            last = s == c.stages - 1
+            boards = first_boards if last else mid_boards
+            entry = self._record_point(meta, f"stage_{s}", state.params, boards, global_step, monitor, paired=last)
+            record = None
+            if not last:
+                self._check_stop()
+                record = self.engineer.propose(state.params, account, env_config, self.first, weights)
+                meta["records"].append(record)
+                meta["history"].append(record["config"])
+                meta["weights"].append(record["reward_weights"])
+                self.writer.text(
+                    global_step,
+                    "engineer/proposal",
+                    json.dumps(
+                        {k: record[k] for k in ("prompt", "text", "accepted", "reason", "config", "reward_weights")},
+                        indent=1,
+                    ),
+                )
+                self._write_records(meta)
         self._summary(s, env_config, account, entry, record, time.time() - started)
         meta.update(stage=s + 1, step=0)
         self._save(state, ref, meta)
+        if self._term:  # (a signal during the engineer's decode: that checkpoint is the last)
+            self.close()
+            raise Preempted(0)
         return state
 
     def _grpo_step(self, state, ref, pool, step, weights, global_step):

@@ -122,6 +122,28 @@ def test_certified_generator_every_board_certified():
     np.testing.assert_array_equal(np.asarray(v.makespan), opt)
 
 
+
+def test_certified_generator_stops_when_check_raises_and_cancels_queued_jobs():
+    """`check` runs before each chunk; when it raises, the call stops there and the solver jobs
+    still queued are cancelled (only those already handed to the worker run on)."""
+    config = make_config([{"size": [6, 10], "agents": [3, 5], "hole_density": [0.3, 0.5]}])
+    calls, futures = [], []
+
+    def check():
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+
+    with solver.make_pool(1) as pool:
+        submit = pool.submit
+        pool.submit = lambda *a: futures.append(submit(*a)) or futures[-1]
+        gen = CertifiedGenerator(config, chunk=256, pool=pool)
+        with pytest.raises(KeyboardInterrupt):
+            gen(jax.random.key(3), 300, check=check)
+        assert len(calls) == 2 and len(futures) > 4
+        assert sum(not f.cancelled() for f in futures) <= 2  # the running job and the worker's next
+
+
 def test_solve_cli(tmp_path):
     path = tmp_path / "boards.jsonl"
     board = make_board(3, holes=[(1, 1)], starts=[(0, 0), (2, 2)], goals=[(2, 2), (0, 0)])

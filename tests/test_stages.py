@@ -274,3 +274,47 @@ def test_sigterm_checkpoints_and_exits_cleanly(run, tmp_path):
     launch(tmp_path, "--resume")
     for a, b in zip(jax.tree.leaves(final_params(tmp_path)), jax.tree.leaves(final_params(workdir))):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.slow
+def test_sigterm_inside_a_stage_end_checkpoints_within_one_batch_and_resumes_exactly(run, tmp_path, monkeypatch):
+    """SIGTERM during stage 0's held-out evaluation: no further decode call, a checkpoint of the
+    trained state with the stage's end still to do, exit status 0; the resume redoes that end
+    and finishes with the parameters and results of the uninterrupted run."""
+    import configs.stage
+    from t2t_jax import rundir
+    from t2t_jax.evaluation import benchmark
+    from t2t_jax.stages import Preempted, StageRunner
+
+    workdir, _ = run
+    config = configs.stage.get_config("smoke")
+    config.compilation_cache = CACHE
+    rundir.open_run(str(tmp_path), config, resume=False).close()
+    evaluate, decodes = benchmark.evaluate, []
+
+    def signalled(policy, *args, desc="", **kwargs):
+        if desc == "held-out 0":
+            os.kill(os.getpid(), signal.SIGTERM)  # the runner's handler only sets a flag
+        rollout = policy.rollout
+        policy.rollout = lambda *a, **k: decodes.append(desc) or rollout(*a, **k)
+        try:
+            return evaluate(policy, *args, desc=desc, **kwargs)
+        finally:
+            policy.rollout = rollout
+
+    monkeypatch.setattr(benchmark, "evaluate", signalled)
+    runner = StageRunner(config, str(tmp_path), progress=False)
+    with pytest.raises(Preempted) as stopped:
+        runner.run()
+    assert stopped.value.code == 0
+    assert "held-out 0" not in decodes  # stopped before the evaluation's first batch
+    meta = runner.ckpt.meta(runner.ckpt.latest())
+    assert (meta["phase"], meta["stage"], meta["step"]) == ("grpo", 0, config.grpo.steps)
+    assert [r["point"] for r in meta["results"]] == ["warm_start"] and not meta["accounts"]
+    assert [r["point"] for r in json.load(open(tmp_path / "results.json"))] == ["warm_start"]
+
+    monkeypatch.setattr(benchmark, "evaluate", evaluate)
+    StageRunner(config, str(tmp_path), progress=False).run(resume=True)
+    for a, b in zip(jax.tree.leaves(final_params(tmp_path)), jax.tree.leaves(final_params(workdir))):
+        np.testing.assert_array_equal(a, b)
+    assert json.load(open(tmp_path / "results.json")) == json.load(open(workdir / "results.json"))

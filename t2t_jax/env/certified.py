@@ -64,8 +64,8 @@ class CertifiedGenerator:
         self.horizon, self.num_orders, self.chunk, self.pool = horizon, num_orders, chunk, pool
         self.last_stats = CertifyStats()
 
-    def __call__(self, key: jax.Array, num: int) -> tuple[Boards, Plans]:
-        return self.sample(key, num)
+    def __call__(self, key: jax.Array, num: int, check=None) -> tuple[Boards, Plans]:
+        return self.sample(key, num, check)
 
     def _device_chunk(self, key, i):
         boards = self.generator(jax.random.fold_in(key, i), self.chunk)
@@ -98,28 +98,34 @@ class CertifiedGenerator:
         keep = np.flatnonzero(optimum >= 0)
         return keep, optimum, actions
 
-    def sample(self, key: jax.Array, num: int) -> tuple[Boards, Plans]:
+    def sample(self, key: jax.Array, num: int, check=None) -> tuple[Boards, Plans]:
         """-> (Boards [num] with lower_bound and optimal_makespan, witness Plans [num, A, H]).
-        Stats of the call are in `self.last_stats`."""
+        Stats of the call are in `self.last_stats`. `check()`, when given, is called before each
+        chunk and may raise to stop early (the stage loop's SIGTERM); queued solver jobs are
+        cancelled either way."""
         stats = CertifyStats()
         queue = collections.deque()
         parts, have, i = [], 0, 0
-        while have < num:
-            # Keep one chunk in flight on the host while the device makes the next, unless the
-            # chunks already started should be enough (about 1 board in 40 is infeasible).
-            while not queue or (len(queue) < 2 and have + 0.95 * self.chunk * len(queue) < num):
-                boards, bounds = self._device_chunk(key, i)
-                stats.generated += self.chunk
-                queue.append((boards, bounds) + self._submit(boards, bounds))
-                i += 1
-            boards, bounds, todo, pending = queue.popleft()
-            keep, optimum, actions = self._finish(boards, bounds, todo, pending, stats)
-            parts.append((boards, bounds, keep, optimum, actions))
-            have += len(keep)
-        for q in queue:  # prefetched work that is not needed
-            for p in q[3]:
-                if not isinstance(p, solver.Solution):
-                    p.cancel()
+        try:
+            while have < num:
+                # Keep one chunk in flight on the host while the device makes the next, unless the
+                # chunks already started should be enough (about 1 board in 40 is infeasible).
+                while not queue or (len(queue) < 2 and have + 0.95 * self.chunk * len(queue) < num):
+                    if check is not None:
+                        check()
+                    boards, bounds = self._device_chunk(key, i)
+                    stats.generated += self.chunk
+                    queue.append((boards, bounds) + self._submit(boards, bounds))
+                    i += 1
+                boards, bounds, todo, pending = queue.popleft()
+                keep, optimum, actions = self._finish(boards, bounds, todo, pending, stats)
+                parts.append((boards, bounds, keep, optimum, actions))
+                have += len(keep)
+        finally:
+            for q in queue:  # prefetched work that is not needed
+                for p in q[3]:
+                    if not isinstance(p, solver.Solution):
+                        p.cancel()
         self.last_stats = stats
         return _assemble(parts, num)
 

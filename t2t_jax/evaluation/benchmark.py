@@ -67,15 +67,19 @@ def evaluate(
     temperature: float = 1.0,
     top_p: float = 1.0,
     seed: int = 0,
+    check=None,
 ):
     """Rollouts of every board in board order: greedy, one per board (`samples` = 0), or
     `samples` = k sampled at `temperature` / `top_p` (row i * k + j: sample j of board i; about
     `batch_size` rows per decode call; the seed fixes the draws, so two evaluations with one
-    seed share their random numbers and differ only where the policy does)."""
+    seed share their random numbers and differ only where the policy does). `check()`, when
+    given, is called before each decode call and may raise to stop early (the stage loop's SIGTERM)."""
     n = max(samples, 1)
     per_call = max(batch_size // n, 1)
     parts = []
     for i, start in enumerate(tqdm(range(0, len(boards), per_call), desc=desc, disable=not progress)):
+        if check is not None:
+            check()
         chunk = list(boards[start : start + per_call])
         real = len(chunk)
         chunk += [chunk[-1]] * (per_call - real)
