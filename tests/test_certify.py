@@ -122,7 +122,6 @@ def test_certified_generator_every_board_certified():
     np.testing.assert_array_equal(np.asarray(v.makespan), opt)
 
 
-
 def test_certified_generator_stops_when_check_raises_and_cancels_queued_jobs():
     """`check` runs before each chunk; when it raises, the call stops there and the solver jobs
     still queued are cancelled (only those already handed to the worker run on)."""
