@@ -25,6 +25,7 @@ if __name__ == "__main__":  # restart with the malloc tunable before jax loads: 
     hostenv.reexec_with_malloc_tunables()
 
 import json
+import os
 import sys
 
 import jax
@@ -40,7 +41,7 @@ from t2t_jax.env.types import ParseStatus
 from t2t_jax.env.validator import validate
 from t2t_jax.evaluation.sets import SETS
 from t2t_jax.evaluation.sets import write as write_set
-from t2t_jax.text.parsing import parse_completions
+from t2t_jax.text.parsing import MAX_LINE, parse_completions
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("config", None, "EnvConfig: a JSON file or inline JSON.")
@@ -69,6 +70,37 @@ def _require(name):
     return getattr(FLAGS, name)
 
 
+def _writable_out(directory: bool = False) -> str:
+    """--out, checked before any work: a file in an existing writable directory (not a directory
+    itself), or with `directory` a directory that exists or can be made, writable."""
+    out = _require("out")
+    parent = out if directory else os.path.dirname(os.path.abspath(out))
+    if not directory and os.path.isdir(out):
+        raise app.UsageError(f"--out: {out!r} is a directory; give a file path")
+    if directory and os.path.exists(out) and not os.path.isdir(out):
+        raise app.UsageError(f"--out: {out!r} is a file; give a directory")
+    while directory and not os.path.exists(parent):  # the nearest existing ancestor must be writable
+        parent = os.path.dirname(os.path.abspath(parent))
+    if not os.path.isdir(parent):
+        raise app.UsageError(f"--out: directory {parent!r} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise app.UsageError(f"--out: directory {parent!r} is not writable")
+    return out
+
+
+def _boards():
+    """--boards, read and every board checked (errors name file:line: field)."""
+    return io.read_boards(_require("boards"), FLAGS.max_size, FLAGS.max_agents)
+
+
+def _plan_horizon(texts) -> int:
+    """Plan slots for the validator: the most actions any plan line can hold (lines are cut at
+    the parser's MAX_LINE), rounded up to a power of two, at least 16: never more than about
+    MAX_LINE / 2, whatever the file."""
+    words = max((len(line[:MAX_LINE].split()) for t in texts for line in t.splitlines()), default=1)
+    return max(16, 1 << max(words, 1).bit_length())
+
+
 def generate_boards(config, num: int, seed: int, chunk: int, progress: bool = True):
     """-> (list of board dicts, GenInfo source array [num]). Chunks of `chunk` boards, chunk i
     drawn with fold_in(key(seed), i)."""
@@ -95,7 +127,7 @@ def certified_boards(config, num: int, seed: int, chunk: int) -> list[dict]:
 
 def cmd_generate():
     config = load_config(_require("config"))
-    out = _require("out")
+    out = _writable_out()
     if FLAGS.certify:
         boards = certified_boards(config, FLAGS.num, FLAGS.seed, FLAGS.chunk)
     else:
@@ -105,8 +137,7 @@ def cmd_generate():
 
 
 def cmd_solve():
-    items = io.read_jsonl(_require("boards"))
-    io.boards_from_json(items, FLAGS.max_size, FLAGS.max_agents)  # checks every board
+    items, _ = _boards()
     with solver.make_pool(FLAGS.workers or None) as pool:
         solutions = solver.solve_many(
             [(b, None) for b in tqdm(items, desc="solve", unit="board")], pool, max_makespan=FLAGS.horizon
@@ -132,28 +163,32 @@ def cmd_build_sets():
             print(json.dumps({"written": write_set(name, pool)}), file=sys.stderr)
 
 
+VALIDATE_CHUNK = 1024  # boards per validator call: memory stays bounded whatever the file holds
+
+
 def cmd_validate():
-    items = io.read_jsonl(_require("boards"))
-    plan_items = io.read_jsonl(_require("plans"))
+    """One JSON verdict per board, in chunks of VALIDATE_CHUNK boards, each with the plan slots
+    its own longest line needs (at most [chunk, agents, ~MAX_LINE / 2] actions in memory)."""
+    items, boards = _boards()
+    plan_items = io.read_plans(_require("plans"))
     if len(plan_items) != len(items):
         raise app.UsageError(f"{len(items)} boards but {len(plan_items)} plans")
-    boards = io.boards_from_json(items, FLAGS.max_size, FLAGS.max_agents)
-    texts = [p.get("text", "") for p in plan_items]
-    num_agents = [len(b["starts"]) for b in items]
-    horizon = max(16, 1 << (max(len(t.split()) for t in texts + [""]) or 1).bit_length())
-    plans = parse_completions(
-        texts, num_agents, FLAGS.max_agents, horizon, truncated=[bool(p.get("truncated", False)) for p in plan_items]
-    )
-    verdicts = validate(boards, plans)
-    for i, item in enumerate(items):
-        v = io.verdict_to_json(verdicts, i)
-        v["goal_reached"] = v["goal_reached"][: len(item["starts"])]
-        v["parse_status"] = ParseStatus(int(plans.parse_status[i])).name.lower()
-        print(json.dumps(v))
+    for start in range(0, len(items), VALIDATE_CHUNK):
+        part = slice(start, start + VALIDATE_CHUNK)
+        texts = [p.get("text", "") for p in plan_items[part]]
+        num_agents = [len(b["starts"]) for b in items[part]]
+        truncated = [p.get("truncated", False) for p in plan_items[part]]
+        plans = parse_completions(texts, num_agents, FLAGS.max_agents, _plan_horizon(texts), truncated=truncated)
+        verdicts = validate(jax.tree.map(lambda x: x[part], boards), plans)
+        for i, agents in enumerate(num_agents):
+            v = io.verdict_to_json(verdicts, i)
+            v["goal_reached"] = v["goal_reached"][:agents]
+            v["parse_status"] = ParseStatus(int(plans.parse_status[i])).name.lower()
+            print(json.dumps(v))
 
 
 def cmd_show():
-    items = io.read_jsonl(_require("boards"))
+    items, _ = _boards()
     for i, item in enumerate(items[: FLAGS.limit or None]):
         extra = {k: item[k] for k in ("bucket", "lower_bound", "optimal_makespan") if k in item}
         print(f"# board {i} {json.dumps(extra)}\n{io.board_text(item)}\n")
@@ -190,15 +225,12 @@ def cmd_stats():
 def cmd_render():
     """board_i.png per board, plan_i.gif per plan (from --plans, else the boards' own `plan`
     witness when they carry one), and grid.png of the first 16 boards."""
-    import os
-
     from t2t_jax.render import board_image, boards_grid, save_gif
     from t2t_jax.text.parsing import parse_completion
 
-    items = io.read_jsonl(_require("boards"))[: FLAGS.limit or None]
-    io.boards_from_json(items, FLAGS.max_size, FLAGS.max_agents)  # checks every board
-    texts = [p.get("text", "") for p in io.read_jsonl(FLAGS.plans)] if FLAGS.plans else [b.get("plan") for b in items]
-    out = _require("out")
+    items = _boards()[0][: FLAGS.limit or None]
+    texts = [p.get("text", "") for p in io.read_plans(FLAGS.plans)] if FLAGS.plans else [b.get("plan") for b in items]
+    out = _writable_out(directory=True)
     os.makedirs(out, exist_ok=True)
     for i, board in enumerate(items):
         board_image(board, FLAGS.cell).save(os.path.join(out, f"board_{i}.png"))

@@ -1,8 +1,11 @@
 """`python -m launch.mapf`: generate, show, validate, stats, and bad input."""
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -54,3 +57,154 @@ def test_out_of_range_flags_are_refused_before_any_work(tmp_path, flag):
     out = mapf("generate", f"--config={CONFIG}", f"--out={tmp_path / 'x.jsonl'}", flag)
     assert out.returncode != 0 and f"flag {flag}" in out.stderr and "Traceback" not in out.stderr
     assert not (tmp_path / "x.jsonl").exists()
+
+
+BOARD = {"size": 3, "holes": [[1, 1]], "starts": [[0, 0], [2, 2]], "goals": [[2, 2], [0, 0]]}
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"size": "5"}, "size: '5' is not an integer"),
+        ({"size": True}, "size: True is not an integer"),
+        ({"size": 2}, "size: 2 is outside the legal range [3, 10]"),
+        ({"starts": [[0, 0], [3, 0]]}, "starts[1]: [3, 0] is outside the 3x3 grid"),
+        ({"starts": [[0, 0], [0, True]]}, "starts[1]: expected [row, col] integers"),
+        ({"goals": [[1, 1], [0, 0]]}, "a start or goal lies on a hole"),
+        ({"starts": [[0, 0], [0, 0]]}, "starts and goals must each be distinct cells"),
+        ({"goals": [[2, 2]]}, "2 starts and 1 goals"),
+        ({"bucket": "0"}, "bucket: '0' is not an integer"),
+    ],
+)
+def test_bad_boards_name_file_line_and_field(tmp_path, change, message):
+    boards, plans = tmp_path / "boards.jsonl", tmp_path / "plans.jsonl"
+    boards.write_text(json.dumps(BOARD) + "\n\n" + json.dumps(BOARD | change) + "\n")  # the bad board: line 3
+    plans.write_text('{"text": "Agent 0: STAY"}\n' * 2)
+    out = mapf("validate", f"--boards={boards}", f"--plans={plans}")
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"error: {boards}:3: {message}"), lines
+    assert out.stdout == ""
+
+
+@pytest.mark.parametrize("command", ["show", "solve", "render"])
+def test_every_subcommand_checks_the_boards(tmp_path, command):
+    boards = tmp_path / "boards.jsonl"
+    boards.write_text(json.dumps(BOARD | {"size": "5"}) + "\n")
+    out = mapf(command, f"--boards={boards}", f"--out={tmp_path / 'out'}")
+    assert out.returncode == 2 and f"{boards}:1: size: '5' is not an integer" in out.stderr, out.stderr
+    assert out.stdout == "" and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "boards_text, plans_text, message",
+    [
+        ("not json\n", "", "{boards}:1: not JSON (Expecting value at column 1)"),
+        ("[1, 2]\n", "", "{boards}:1: expected a JSON object, got list"),
+        (json.dumps(BOARD) + "\n", '{"text": "Agent 0: UP", "truncated": "no"}\n', "{plans}:1: truncated: 'no' is"),
+        (json.dumps(BOARD) + "\n", '{"text": 7}\n', "{plans}:1: text: 7 is not a string"),
+    ],
+)
+def test_bad_lines_and_plans_name_file_and_line(tmp_path, boards_text, plans_text, message):
+    boards, plans = tmp_path / "boards.jsonl", tmp_path / "plans.jsonl"
+    boards.write_text(boards_text)
+    plans.write_text(plans_text)
+    out = mapf("validate", f"--boards={boards}", f"--plans={plans}")
+    assert out.returncode == 2 and message.format(boards=boards, plans=plans) in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_missing_inputs_and_bad_out_are_refused_before_any_work(tmp_path):
+    missing = mapf("show", f"--boards={tmp_path / 'none.jsonl'}")
+    assert missing.returncode == 2 and "No such file or directory" in missing.stderr
+    assert "Traceback" not in missing.stderr
+    for out, message in [
+        (tmp_path / "no_dir" / "x.jsonl", "does not exist"),
+        (tmp_path, "is a directory; give a file path"),
+    ]:
+        started = time.time()
+        bad = mapf("generate", f"--config={CONFIG}", "--num=100000", f"--out={out}")
+        assert bad.returncode == 2 and "--out: " in bad.stderr and message in bad.stderr, bad.stderr
+        assert time.time() - started < 60  # refused before generating 100,000 certified boards
+    (tmp_path / "file").write_text("")
+    render = mapf("render", f"--boards={tmp_path / 'b.jsonl'}", f"--out={tmp_path / 'file'}")
+    assert render.returncode == 2  # (the boards file is missing too: the first error is named)
+
+
+def test_validate_memory_is_bounded_by_the_parser_not_the_file(tmp_path):
+    """One 3 MB plan line among 100 boards took 4 GB when the horizon followed the word count."""
+    boards, plans = tmp_path / "boards.jsonl", tmp_path / "plans.jsonl"
+    boards.write_text((json.dumps(BOARD) + "\n") * 100)
+    long_line = "Agent 0: " + "UP " * 1_000_000
+    plans.write_text(json.dumps({"text": long_line}) + "\n" + '{"text": "Agent 0: STAY"}\n' * 99)
+    with open(tmp_path / "out", "w") as stdout:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "launch.mapf", "validate", f"--boards={boards}", f"--plans={plans}"], stdout=stdout
+        )
+        _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak memory
+    assert os.waitstatus_to_exitcode(status) == 0
+    verdicts = [json.loads(line) for line in (tmp_path / "out").read_text().splitlines()]
+    assert len(verdicts) == 100 and not verdicts[0]["valid"]
+    assert usage.ru_maxrss / 1024 < 1500, f"validate peaked at {usage.ru_maxrss / 1024:.0f} MiB"
+
+
+def _descendants(pid: int) -> set[int]:
+    """The live descendants of `pid` (Linux /proc)."""
+    children = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, set()).add(int(entry))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def _alive(pids) -> set[int]:
+    alive = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    alive.add(pid)
+        except OSError:
+            pass
+    return alive
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL, signal.SIGTERM])
+def test_solver_workers_die_with_their_parent(tmp_path, sig):
+    """Ctrl-C exits 130 within 2 s without a traceback; after SIGKILL or SIGTERM too, no worker
+    (nor multiprocessing's resource tracker) is left behind."""
+    boards = tmp_path / "boards.jsonl"
+    hard = '{"buckets": [{"size": [8, 10], "agents": 5, "hole_density": [0.3, 0.5]}]}'
+    assert mapf("generate", f"--config={hard}", "--num=4000", "--certify=false", f"--out={boards}").returncode == 0
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "launch.mapf", "solve", f"--boards={boards}", "--workers=2"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # (a Ctrl-C reaches the whole foreground group: send it so)
+    )
+    deadline = time.time() + 120
+    while len(_descendants(proc.pid)) < 3 and time.time() < deadline:  # 2 workers + the tracker
+        time.sleep(0.2)
+    time.sleep(2)
+    workers = _descendants(proc.pid)
+    assert len(workers) >= 3 and proc.poll() is None
+    sent = time.time()
+    os.killpg(proc.pid, sig) if sig == signal.SIGINT else proc.send_signal(sig)
+    code = proc.wait(timeout=30)
+    waited = time.time() - sent
+    stderr = proc.stderr.read()
+    deadline = time.time() + 10
+    while _alive(workers) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not _alive(workers), f"left behind: {_alive(workers)}"
+    if sig == signal.SIGINT:
+        assert code == 130 and waited < 2 and "Traceback" not in stderr, (code, waited, stderr[-2000:])

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from t2t_jax.env.config import MIN_SIZE
 from t2t_jax.env.types import ACTION_NAMES, UNKNOWN, Boards, ParseStatus, Plans
 
 ACTION_CODES = {name: code for code, name in enumerate(ACTION_NAMES)}
@@ -53,16 +54,16 @@ def boards_with_plans_to_json(boards: Boards, plans: Plans) -> list[dict]:
     return items
 
 
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)  # (JSON true is no size)
+
+
 def _cells(value, where: str, n: int) -> list[tuple[int, int]]:
     if not isinstance(value, list):
         raise ValueError(f"{where}: expected a list of [row, col] pairs")
     out = []
     for j, cell in enumerate(value):
-        if (
-            not isinstance(cell, (list, tuple))
-            or len(cell) != 2
-            or not all(isinstance(v, int) and not isinstance(v, bool) for v in cell)
-        ):
+        if not isinstance(cell, (list, tuple)) or len(cell) != 2 or not all(_is_int(v) for v in cell):
             raise ValueError(f"{where}[{j}]: expected [row, col] integers, got {cell!r}")
         if not all(0 <= v < n for v in cell):
             raise ValueError(f"{where}[{j}]: {list(cell)} is outside the {n}x{n} grid")
@@ -70,8 +71,12 @@ def _cells(value, where: str, n: int) -> list[tuple[int, int]]:
     return out
 
 
-def boards_from_json(items: Sequence[dict], max_size: int = 10, max_agents: int = 5) -> Boards:
-    """Interchange dicts -> a padded Boards batch; ValueError names the board and field."""
+def boards_from_json(
+    items: Sequence[dict], max_size: int = 10, max_agents: int = 5, names: Sequence[str] | None = None
+) -> Boards:
+    """Interchange dicts -> a padded Boards batch; ValueError names the board (`names[i]`, default
+    `board i`) and the field. Types are exact: sizes and cells are JSON integers, not strings
+    or booleans."""
     b = len(items)
     size = np.zeros(b, np.int32)
     holes = np.zeros((b, max_size, max_size), bool)
@@ -81,13 +86,17 @@ def boards_from_json(items: Sequence[dict], max_size: int = 10, max_agents: int 
     extra = {name: np.full(b, UNKNOWN, np.int32) for name in ("lower_bound", "optimal_makespan")}
     bucket = np.zeros(b, np.int32)
     for i, item in enumerate(items):
-        where = f"board {i}"
+        where = names[i] if names is not None else f"board {i}"
+        if not isinstance(item, dict):
+            raise ValueError(f"{where}: a board is a JSON object, got {type(item).__name__}")
         n = item.get("size")
-        if not isinstance(n, int) or not 1 <= n <= max_size:
-            raise ValueError(f"{where}.size: {n!r} is outside the legal range [1, {max_size}]")
-        hs = _cells(item.get("holes", []), f"{where}.holes", n)
-        ss = _cells(item.get("starts"), f"{where}.starts", n)
-        gs = _cells(item.get("goals"), f"{where}.goals", n)
+        if not _is_int(n):
+            raise ValueError(f"{where}: size: {n!r} is not an integer")
+        if not MIN_SIZE <= n <= max_size:
+            raise ValueError(f"{where}: size: {n} is outside the legal range [{MIN_SIZE}, {max_size}]")
+        hs = _cells(item.get("holes", []), f"{where}: holes", n)
+        ss = _cells(item.get("starts"), f"{where}: starts", n)
+        gs = _cells(item.get("goals"), f"{where}: goals", n)
         if len(ss) != len(gs) or not 1 <= len(ss) <= max_agents:
             raise ValueError(
                 f"{where}: {len(ss)} starts and {len(gs)} goals; need the same number, within [1, {max_agents}]"
@@ -102,10 +111,13 @@ def boards_from_json(items: Sequence[dict], max_size: int = 10, max_agents: int 
         starts[i, : len(ss)] = ss
         goals[i, : len(gs)] = gs
         mask[i, : len(ss)] = True
-        bucket[i] = int(item.get("bucket", 0))
+        for name in ("bucket", *extra):
+            if item.get(name) is not None and not _is_int(item[name]):
+                raise ValueError(f"{where}: {name}: {item[name]!r} is not an integer")
+        bucket[i] = item.get("bucket", 0)
         for name in extra:
             if item.get(name) is not None:
-                extra[name][i] = int(item[name])
+                extra[name][i] = item[name]
     return Boards(size=size, holes=holes, starts=starts, goals=goals, agent_mask=mask, bucket=bucket, **extra)
 
 
@@ -175,9 +187,46 @@ def verdict_to_json(verdicts, i: int) -> dict:
     return out
 
 
-def read_jsonl(path: str) -> list[dict]:
+def read_jsonl_numbered(path: str) -> list[tuple[str, dict]]:
+    """(`path:LINE`, object) for each non-blank line of a JSON-lines file; ValueError names
+    `path:LINE` for a line that is not one JSON object."""
+    out = []
     with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{number}"
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{where}: not JSON ({e.msg} at column {e.colno})") from None
+            if not isinstance(item, dict):
+                raise ValueError(f"{where}: expected a JSON object, got {type(item).__name__}")
+            out.append((where, item))
+    return out
+
+
+def read_jsonl(path: str) -> list[dict]:
+    """The objects of a JSON-lines file (see read_jsonl_numbered)."""
+    return [item for _, item in read_jsonl_numbered(path)]
+
+
+def read_boards(path: str, max_size: int = 10, max_agents: int = 5) -> tuple[list[dict], Boards]:
+    """A boards file, every board checked (errors name `path:LINE: field`): (dicts, Boards)."""
+    numbered = read_jsonl_numbered(path)
+    items = [item for _, item in numbered]
+    return items, boards_from_json(items, max_size, max_agents, names=[w for w, _ in numbered])
+
+
+def read_plans(path: str) -> list[dict]:
+    """A plans file: objects with a string "text" and an optional boolean "truncated"."""
+    numbered = read_jsonl_numbered(path)
+    for where, item in numbered:
+        if not isinstance(item.get("text", ""), str):
+            raise ValueError(f"{where}: text: {item['text']!r} is not a string")
+        if not isinstance(item.get("truncated", False), bool):
+            raise ValueError(f"{where}: truncated: {item['truncated']!r} is not true or false")
+    return [item for _, item in numbered]
 
 
 def write_atomic(path: str, data: str | bytes | Iterable[str]) -> None:

@@ -20,11 +20,15 @@ This module imports no JAX so worker processes start fast (see `solve_many`).
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import ctypes
 import dataclasses
 import itertools
 import multiprocessing
+import signal
+import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 from pysat.solvers import Solver
@@ -198,11 +202,43 @@ def solve_job(job: tuple) -> Solution:
     return solve(board, upper, max_makespan)
 
 
-def make_pool(workers: int | None = None) -> concurrent.futures.ProcessPoolExecutor:
-    """A pool of solver processes (spawned, so no JAX state is forked)."""
-    return concurrent.futures.ProcessPoolExecutor(
-        max_workers=workers or max(1, multiprocessing.cpu_count()), mp_context=multiprocessing.get_context("spawn")
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _worker_init() -> None:
+    """A solver worker leaves Ctrl-C to its parent and, on Linux, is killed when the parent dies
+    (SIGKILL included), so no worker outlives the command that started it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _kill_workers(pool: concurrent.futures.ProcessPoolExecutor) -> None:
+    if hasattr(pool, "kill_workers"):  # Python >= 3.14
+        pool.kill_workers()
+        return
+    for process in list((pool._processes or {}).values()):  # no public way before 3.14
+        process.kill()
+
+
+@contextlib.contextmanager
+def make_pool(workers: int | None = None) -> Iterator[concurrent.futures.ProcessPoolExecutor]:
+    """`with make_pool(n) as pool`: solver processes (spawned, so no JAX state is forked) that die
+    with this process. Leaving the block normally waits for the jobs; leaving it by an exception
+    (Ctrl-C, SIGTERM turned into one, an error) cancels the queued jobs and kills the workers at
+    once instead of waiting for the running solves."""
+    pool = concurrent.futures.ProcessPoolExecutor(
+        max_workers=workers or max(1, multiprocessing.cpu_count()),
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_worker_init,
     )
+    try:
+        yield pool
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        _kill_workers(pool)
+        raise
+    pool.shutdown()
 
 
 def solve_many(jobs: Iterable[tuple[dict, int | None]], pool=None, max_makespan: int = 64) -> list[Solution]:
