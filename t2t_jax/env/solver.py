@@ -227,11 +227,18 @@ def make_pool(workers: int | None = None) -> Iterator[concurrent.futures.Process
     with this process. Leaving the block normally waits for the jobs; leaving it by an exception
     (Ctrl-C, SIGTERM turned into one, an error) cancels the queued jobs and kills the workers at
     once instead of waiting for the running solves."""
+    workers = workers or max(1, multiprocessing.cpu_count())
     pool = concurrent.futures.ProcessPoolExecutor(
-        max_workers=workers or max(1, multiprocessing.cpu_count()),
-        mp_context=multiprocessing.get_context("spawn"),
-        initializer=_worker_init,
+        max_workers=workers, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init
     )
+    # Start every worker now, with SIGINT ignored: a process inherits that at its start (before
+    # the initializer runs), so a Ctrl-C to the terminal's process group reaches the parent alone.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        for _ in range(workers):
+            pool.submit(int)  # each submit with no idle worker starts one
+    finally:
+        signal.signal(signal.SIGINT, previous)
     try:
         yield pool
     except BaseException:
