@@ -28,8 +28,8 @@ def test_board_text():
 @pytest.mark.parametrize(
     "item, message",
     [
-        ({"size": 11, "starts": [[0, 0]], "goals": [[1, 1]]}, "board 0.size: 11 is outside"),
-        ({"size": 3, "starts": [[0, 3]], "goals": [[1, 1]]}, "board 0.starts[0]: [0, 3] is outside the 3x3 grid"),
+        ({"size": 11, "starts": [[0, 0]], "goals": [[1, 1]]}, "board 0: size: 11 is outside"),
+        ({"size": 3, "starts": [[0, 3]], "goals": [[1, 1]]}, "board 0: starts[0]: [0, 3] is outside the 3x3 grid"),
         ({"size": 3, "starts": [[0, 0]], "goals": [[1, 1], [2, 2]]}, "1 starts and 2 goals"),
         ({"size": 3, "starts": [[0, 0], [0, 0]], "goals": [[1, 1], [2, 2]]}, "distinct"),
         ({"size": 3, "holes": [[0, 0]], "starts": [[0, 0]], "goals": [[1, 1]]}, "on a hole"),
