@@ -138,10 +138,8 @@ def cmd_generate():
 
 def cmd_solve():
     items, _ = _boards()
-    with solver.make_pool(FLAGS.workers or None) as pool:
-        solutions = solver.solve_many(
-            [(b, None) for b in tqdm(items, desc="solve", unit="board")], pool, max_makespan=FLAGS.horizon
-        )
+    with solver.make_pool(FLAGS.workers or None) as pool, tqdm(total=len(items), desc="solve", unit="board") as bar:
+        solutions = solver.solve_many([(b, None) for b in items], pool, max_makespan=FLAGS.horizon, on_done=bar.update)
     for sol in solutions:
         print(
             json.dumps(

@@ -190,3 +190,28 @@ def test_regeneration_is_byte_for_byte_one_cell_per_set():
 def test_regeneration_is_byte_for_byte(name, tmp_path):
     rebuilt = "".join(json.dumps(b, sort_keys=True) + "\n" for b in sets.build(name))
     assert rebuilt == open(sets.path(name)).read()
+
+
+def test_solve_many_keeps_order_and_bounds_the_queue():
+    """In a pool: the serial answers in input order, `on_done` once per job, and never more than
+    `window` jobs queued at once (so a Ctrl-C has at most that many to cancel)."""
+    config = make_config([{"size": [3, 6], "agents": [2, 3], "hole_density": [0.0, 0.3]}])
+    batch, _ = generator(config).sample(jax.random.key(5), 24)
+    jobs = [(b, None) for b in io.boards_to_json(batch)]
+    serial = solver.solve_many(jobs)
+    done, queued, most = [], set(), [0]
+    with solver.make_pool(2) as pool:
+        submit = pool.submit
+
+        def counted(*args):
+            future = submit(*args)
+            queued.add(future)
+            future.add_done_callback(queued.discard)
+            most[0] = max(most[0], len(queued))
+            return future
+
+        pool.submit = counted
+        pooled = solver.solve_many(jobs, pool, window=4, on_done=lambda: done.append(1))
+    assert [s.optimal_makespan for s in pooled] == [s.optimal_makespan for s in serial]
+    assert all(s.optimal_makespan is not None for s in serial)
+    assert len(done) == len(jobs) and 1 <= most[0] <= 4

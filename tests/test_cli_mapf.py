@@ -177,36 +177,49 @@ def _alive(pids) -> set[int]:
     return alive
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL, signal.SIGTERM])
-def test_solver_workers_die_with_their_parent(tmp_path, sig):
-    """Ctrl-C exits 130 without a traceback; after it, SIGKILL or SIGTERM, no worker
-    (nor multiprocessing's resource tracker) is left behind."""
-    boards = tmp_path / "boards.jsonl"
+@pytest.fixture(scope="module")
+def hard_boards(tmp_path_factory):
+    """4,000 uncertified 8-10 boards with 5 agents: minutes of solving for two workers."""
+    boards = tmp_path_factory.mktemp("hard") / "boards.jsonl"
     hard = '{"buckets": [{"size": [8, 10], "agents": 5, "hole_density": [0.3, 0.5]}]}'
     assert mapf("generate", f"--config={hard}", "--num=4000", "--certify=false", f"--out={boards}").returncode == 0
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "launch.mapf", "solve", f"--boards={boards}", "--workers=2"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # (a Ctrl-C reaches the whole foreground group: send it so)
-    )
-    deadline = time.time() + 120
-    while len(_descendants(proc.pid)) < 3 and time.time() < deadline:  # 2 workers + the tracker
-        time.sleep(0.2)
-    time.sleep(2)
-    workers = _descendants(proc.pid)
-    assert len(workers) >= 3 and proc.poll() is None
-    sent = time.time()
-    os.killpg(proc.pid, sig) if sig == signal.SIGINT else proc.send_signal(sig)
-    code = proc.wait(timeout=30)
-    waited = time.time() - sent
-    stderr = proc.stderr.read()
-    deadline = time.time() + 10
-    while _alive(workers) and time.time() < deadline:
-        time.sleep(0.2)
-    assert not _alive(workers), f"left behind: {_alive(workers)}"
-    if sig == signal.SIGINT:
-        # (the issue asks for 2 s; measured 18 s here with 4,000 queued jobs: the executor's
-        # shutdown drains its call queue; not yet met)
-        assert code == 130 and waited < 60 and "Traceback" not in stderr, (code, waited, stderr[-2000:])
+    return boards
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL, signal.SIGTERM])
+def test_solver_workers_die_with_their_parent(tmp_path, hard_boards, sig):
+    """Ctrl-C exits 130 within 10 s without a traceback; after it, SIGKILL or SIGTERM, no worker
+    (nor multiprocessing's resource tracker) is left behind. SIGKILL and SIGTERM land as soon as
+    the workers exist, before their initializer has run (the parent-death signal is not armed
+    yet): they must notice the dead parent themselves."""
+    stderr = tmp_path / "stderr"  # a file, not a pipe: a surviving worker cannot block the read
+    with open(stderr, "w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "launch.mapf", "solve", f"--boards={hard_boards}", "--workers=2"],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            start_new_session=True,  # (a Ctrl-C reaches the whole foreground group: send it so)
+        )
+    workers = set()
+    try:
+        deadline = time.time() + 120
+        while len(_descendants(proc.pid)) < 3 and time.time() < deadline:  # 2 workers + the tracker
+            time.sleep(0.05)
+        workers = _descendants(proc.pid)
+        assert len(workers) >= 3 and proc.poll() is None
+        if sig == signal.SIGINT:
+            time.sleep(2)  # (solving)
+        sent = time.time()
+        os.killpg(proc.pid, sig) if sig == signal.SIGINT else proc.send_signal(sig)
+        code = proc.wait(timeout=60)
+        waited = time.time() - sent
+        deadline = time.time() + 30
+        while _alive(workers) and time.time() < deadline:
+            time.sleep(0.2)
+        assert not _alive(workers), f"left behind: {_alive(workers)}"
+        if sig == signal.SIGINT:
+            text = stderr.read_text()
+            assert code == 130 and waited < 10 and "Traceback" not in text, (code, waited, text[-2000:])
+    finally:
+        for pid in _alive(workers | {proc.pid}):
+            os.kill(pid, signal.SIGKILL)

@@ -25,10 +25,11 @@ import ctypes
 import dataclasses
 import itertools
 import multiprocessing
+import os
 import signal
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 from pysat.solvers import Solver
@@ -205,12 +206,15 @@ def solve_job(job: tuple) -> Solution:
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
-def _worker_init() -> None:
+def _worker_init(parent: int) -> None:
     """A solver worker leaves Ctrl-C to its parent and, on Linux, is killed when the parent dies
-    (SIGKILL included), so no worker outlives the command that started it."""
+    (SIGKILL included), so no worker outlives the command that started it. A parent that died
+    before this ran (while the worker was still importing) fires no signal: exit at once then."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def _kill_workers(pool: concurrent.futures.ProcessPoolExecutor) -> None:
@@ -229,7 +233,10 @@ def make_pool(workers: int | None = None) -> Iterator[concurrent.futures.Process
     once instead of waiting for the running solves."""
     workers = workers or max(1, multiprocessing.cpu_count())
     pool = concurrent.futures.ProcessPoolExecutor(
-        max_workers=workers, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init
+        max_workers=workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_worker_init,
+        initargs=(os.getpid(),),
     )
     # Start every worker now, with SIGINT ignored: a process inherits that at its start (before
     # the initializer runs), so a Ctrl-C to the terminal's process group reaches the parent alone.
@@ -248,9 +255,30 @@ def make_pool(workers: int | None = None) -> Iterator[concurrent.futures.Process
     pool.shutdown()
 
 
-def solve_many(jobs: Iterable[tuple[dict, int | None]], pool=None, max_makespan: int = 64) -> list[Solution]:
-    """Solve (board, upper_bound) pairs, in a process pool when one is given."""
+def solve_many(
+    jobs: Iterable[tuple[dict, int | None]],
+    pool=None,
+    max_makespan: int = 64,
+    window: int = 64,
+    on_done: Callable[[], None] | None = None,
+) -> list[Solution]:
+    """Solve (board, upper_bound) pairs, in a process pool when one is given, in input order.
+
+    At most `window` jobs are queued in the pool at once, so leaving early (Ctrl-C) has at most
+    that many to cancel; `on_done()` is called as each job finishes (a progress bar's update)."""
     jobs = [(b, u, max_makespan) for b, u in jobs]
+    results: list[Solution | None] = [None] * len(jobs)
     if pool is None:
-        return [solve_job(j) for j in jobs]
-    return list(pool.map(solve_job, jobs, chunksize=max(1, len(jobs) // 64)))
+        for i, job in enumerate(jobs):
+            results[i] = solve_job(job)
+            on_done and on_done()
+        return results
+    todo = iter(enumerate(jobs))
+    pending = {pool.submit(solve_job, job): i for i, job in itertools.islice(todo, window)}
+    while pending:
+        done, _ = concurrent.futures.wait(pending, return_when=concurrent.futures.FIRST_COMPLETED)
+        for future in done:
+            results[pending.pop(future)] = future.result()
+            on_done and on_done()
+        pending.update({pool.submit(solve_job, job): i for i, job in itertools.islice(todo, len(done))})
+    return results
