@@ -9,7 +9,13 @@ of its seed's warm start resumed with the arm's overrides (DIR/ARM/seed_S, its l
 seed_S.log). `--config.key=value` flags go to every run. Runs execute one at a time as
 subprocesses; the study is resumable: a finished run is kept, an interrupted one resumed. At the
 end DIR/study.{md,csv,json} hold the arms' means over seeds and the paired tests
-(t2t_jax/evaluation/study.py). Arms: grpo (the config as given), shuffle (grpo.control=shuffle),
+(t2t_jax/evaluation/study.py).
+
+    python -m launch.study --merge=runs/study_s0,runs/study_s1 --workdir=runs/study_s01
+
+runs nothing: it reports over the finished runs of several studies (one seed each, say, each run
+on its own machine), for the arms that hold every seed of the reference arm; the arms of a seed
+must share its warm start. Arms: grpo (the config as given), shuffle (grpo.control=shuffle),
 self, fixed, random, frontier, learnability (engineer.kind), or name:key=value+key=value.
 """
 
@@ -28,6 +34,7 @@ _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds; each has its own wa
 _WORKDIR = flags.DEFINE_string("workdir", "runs/study", "The study's directory.")
 _REFERENCE = flags.DEFINE_string("reference", "", "The arm the others are compared with (default: the first).")
 _DRY = flags.DEFINE_bool("dry_run", False, "Print the runs' commands and stop.")
+_MERGE = flags.DEFINE_list("merge", [], "Study directories to report over together; runs nothing.")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -74,9 +81,51 @@ def run(cmd: list[str], log: str, label: str) -> None:
     print(f"{label}: done in {time.time() - started:.0f} s", flush=True)
 
 
+def report(root: str, results: dict, reference: str) -> None:
+    """DIR/study.{md,csv,json} over results[arm][seed]; the Markdown is printed."""
+    from t2t_jax.evaluation import study
+
+    command = "python -m launch.study " + " ".join(a for a in sys.argv[1:])
+    os.makedirs(root, exist_ok=True)
+    paths = study.write_study(root, study.summarize(results, reference), command)
+    print(open(paths["md"]).read())
+    print(json.dumps(paths))
+
+
+def _own_report(root: str) -> bool:
+    """Whether `root` holds the report of a study that ran there (not of a merge)."""
+    try:
+        with open(os.path.join(root, "study.json")) as f:
+            return "--merge" not in json.load(f).get("command", "")
+    except (OSError, ValueError):
+        return False
+
+
+def merge(directories: list[str], root: str) -> None:
+    """The report over the finished runs of several studies (see the module docstring)."""
+    from t2t_jax.evaluation import study
+
+    if any(os.path.abspath(d) == root for d in directories) or _own_report(root):
+        raise app.UsageError(f"--workdir: {root} holds a study's own runs or report; give a new directory")
+    try:
+        results = study.collect(directories)
+    except ValueError as e:
+        raise app.UsageError(str(e)) from None
+    reference = _REFERENCE.value or ("grpo" if "grpo" in results else sorted(results)[0])
+    if reference not in results:
+        raise app.UsageError(f"--reference: {reference!r} is not one of the arms found {sorted(results)}")
+    results, partial = study.complete_arms(results, reference)
+    if partial:
+        print(f"left out (not every seed of {reference!r}: {sorted(results[reference])}): {partial}", file=sys.stderr)
+    report(root, results, reference)
+
+
 def main(argv):
     from t2t_jax.evaluation import study
 
+    if _MERGE.value:
+        merge(_MERGE.value, os.path.abspath(_WORKDIR.value))
+        return
     try:
         arms = study.parse_arms(_ARMS.value)
         seeds = [int(s) for s in _SEEDS.value]
@@ -151,10 +200,7 @@ def main(argv):
         if warm is not None:
             with open(os.path.join(workdir, "results.json")) as f:
                 results[arm][s] = json.load(f)
-    command = "python -m launch.study " + " ".join(a for a in sys.argv[1:])
-    paths = study.write_study(root, study.summarize(results, reference), command)
-    print(open(paths["md"]).read())
-    print(json.dumps(paths))
+    report(root, results, reference)
 
 
 def parse_flags(argv):

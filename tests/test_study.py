@@ -138,3 +138,62 @@ def test_smoke_study_runs_and_resumes(tmp_path):
         study_cmd(tmp_path / "s", cache), cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
     )
     assert again.returncode == 0 and again.stdout.count("finished before, kept") == 3
+
+
+def write_runs(directory, results):
+    """results[arm][seed] as launch.study lays runs out: DIR/ARM/seed_S/results.json."""
+    for arm, by_seed in results.items():
+        for s, points in by_seed.items():
+            os.makedirs(os.path.join(directory, arm, f"seed_{s}"))
+            with open(os.path.join(directory, arm, f"seed_{s}", "results.json"), "w") as f:
+                json.dump(points, f)
+
+
+def test_merge_reports_over_studies_of_different_seeds(tmp_path):
+    """Two one-seed studies merge into one two-seed report; an arm missing a seed is left out; a
+    seed whose arms started from different warm starts, or found twice, is refused."""
+    rng = np.random.default_rng(1)
+    warm = {s: rng.integers(0, 3, 40) for s in (0, 1)}
+    s0 = {arm: {0: run_results(rng, warm[0], g)} for arm, g in (("grpo", 0.9), ("shuffle", 0.0))}
+    s1 = {arm: {1: run_results(rng, warm[1], g)} for arm, g in (("grpo", 0.9), ("shuffle", 0.0), ("fixed", 0.5))}
+    write_runs(tmp_path / "s0", s0)
+    write_runs(tmp_path / "s1", s1)
+    merged = study.collect([str(tmp_path / "s0"), str(tmp_path / "s1")])
+    assert {a: sorted(r) for a, r in merged.items()} == {"grpo": [0, 1], "shuffle": [0, 1], "fixed": [1]}
+    kept, partial = study.complete_arms(merged, "grpo")
+    assert list(kept) == ["grpo", "shuffle"] and partial == ["fixed"]
+
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "launch.study",
+            f"--merge={tmp_path / 's0'},{tmp_path / 's1'}",
+            f"--workdir={tmp_path / 'm'}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    report = json.load(open(tmp_path / "m" / "study.json"))
+    assert report["seeds"] == [0, 1] and sorted(report["arms"]) == ["grpo", "shuffle"]
+    assert report["arms"]["grpo"]["monitor_vs_warm"]["boards"] == 80 and "left out" in out.stderr
+    again = subprocess.run(
+        [sys.executable, "-m", "launch.study", f"--merge={tmp_path / 's0'}", f"--workdir={tmp_path / 's0'}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert again.returncode == 2 and "--workdir" in again.stderr and "Traceback" not in again.stderr
+
+    with pytest.raises(ValueError, match="is in both"):
+        study.collect([str(tmp_path / "s1"), str(tmp_path / "s1")])
+    other = {"fixed": {0: run_results(rng, rng.integers(0, 3, 40), 0.5)}}
+    write_runs(tmp_path / "s0_elsewhere", other)
+    with pytest.raises(ValueError, match="seed 0: .* different warm starts"):
+        study.collect([str(tmp_path / "s0"), str(tmp_path / "s0_elsewhere")])
+    with pytest.raises(ValueError, match="no ARM/seed_S/results.json"):
+        study.collect([str(tmp_path / "m")])

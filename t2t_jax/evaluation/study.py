@@ -3,6 +3,7 @@
     arms = parse_arms("grpo,shuffle,fixed,lr3e-4:optim.learning_rate=3e-4+grpo.steps=32")
     summary = summarize(results, reference="grpo")   # results[arm][seed] = a run's results.json
     write_study(directory, summary)                  # study.md, study.csv, study.json
+    results = collect(["runs/study_s0", "runs/study_s1"])  # finished studies' runs, merged
 
 Every arm of one seed starts from the same warm start (launch/study.py runs it once and copies
 it), so the arms of a seed are compared on the same boards with paired tests: the monitor's
@@ -55,6 +56,54 @@ def parse_arms(spec: str) -> dict[str, tuple[str, ...]]:
     if not arms:
         raise ValueError("--arms: no arm given")
     return arms
+
+
+def collect(directories: list[str]) -> dict:
+    """results[arm][seed] from the runs under study directories (each DIR/ARM/seed_S/results.json,
+    the layout launch.study writes), for a report over seeds run in different studies.
+
+    Raises ValueError when a (arm, seed) is found twice, or when the arms of one seed did not
+    start from the same warm start (different first-point boards: the seed was run twice, on
+    different machines or code, so its arms cannot be paired)."""
+    results: dict = {}
+    where: dict = {}
+    for directory in directories:
+        if not os.path.isdir(directory):
+            raise ValueError(f"--merge: {directory!r} is not a directory")
+        for arm in sorted(os.listdir(directory)):
+            if arm == "warm_start" or not os.path.isdir(os.path.join(directory, arm)):
+                continue
+            for name in sorted(os.listdir(os.path.join(directory, arm))):
+                path = os.path.join(directory, arm, name, "results.json")
+                if not (name.startswith("seed_") and name[5:].isdigit() and os.path.isfile(path)):
+                    continue
+                seed = int(name[5:])
+                if seed in results.get(arm, {}):
+                    raise ValueError(f"--merge: arm {arm!r} seed {seed} is in both {where[arm, seed]} and {path}")
+                with open(path) as f:
+                    results.setdefault(arm, {})[seed] = json.load(f)
+                where[arm, seed] = path
+    if not results:
+        raise ValueError(f"--merge: no ARM/seed_S/results.json under {directories}")
+    for seed in sorted({s for by_seed in results.values() for s in by_seed}):
+        starts = {arm: by_seed[seed][0]["board_valid"] for arm, by_seed in results.items() if seed in by_seed}
+        if len(set(starts.values())) > 1:
+            first = next(iter(starts))
+            other = next(a for a in starts if starts[a] != starts[first])
+            raise ValueError(
+                f"--merge: seed {seed}: arms {first!r} ({where[first, seed]}) and {other!r} "
+                f"({where[other, seed]}) start from different warm starts; they cannot be paired"
+            )
+    return results
+
+
+def complete_arms(results: dict, reference: str) -> tuple[dict, list[str]]:
+    """(the arms that hold every seed of the reference arm, the reference first and the named arms
+    in ARMS order; the names of the arms that do not)."""
+    seeds = set(results[reference])
+    order = sorted(results, key=lambda a: (a != reference, list(ARMS).index(a) if a in ARMS else len(ARMS), a))
+    keep = {arm: {s: results[arm][s] for s in sorted(seeds)} for arm in order if seeds <= set(results[arm])}
+    return keep, sorted(set(results) - set(keep))
 
 
 def _interval(values) -> dict:
