@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from conftest import make_board
 from PIL import Image
 
@@ -64,3 +65,29 @@ def test_render_cli(tmp_path):
     assert out.returncode == 0, out.stderr
     names = sorted(p.name for p in (tmp_path / "pics").iterdir())
     assert names == ["board_0.png", "grid.png", "plan_0.gif"]
+
+
+def test_forest_plot_marks_significance_and_places_rows_on_a_shared_axis():
+    from t2t_jax.render.forest import OTHER, SIGNIFICANT, ZERO, forest_plot
+
+    panels = [
+        ("vs warm start", [("grpo", 0.04, 0.02, 0.06, 0.0002), ("shuffle", -0.01, -0.03, 0.01, 0.4)]),
+        ("vs grpo", [("shuffle", -0.05, -0.07, -0.03, 0.0001)]),
+        ("third", [("x", 0.0, -0.01, 0.01, 0.9)]),
+    ]
+    img = forest_plot(panels, title="t", columns=2)
+    colours = {c for _, c in img.getcolors(1 << 20)}
+    assert SIGNIFICANT in colours and OTHER in colours and ZERO in colours
+    one_line = forest_plot(panels, columns=3)
+    assert one_line.width > img.width and one_line.height < img.height  # 3 panels on one line vs 2 + 1
+
+    def dot_x(image, colour, y_band):
+        xs = [x for x in range(image.width) for y in y_band if image.getpixel((x, y)) == colour]
+        return sum(xs) / len(xs)
+
+    # The first panel's first row (+4 points) lies right of the zero line, the second row's left of it.
+    single = forest_plot(panels[:1], columns=1)
+    zero = [x for x in range(single.width) if single.getpixel((x, single.height // 2)) == ZERO]
+    assert zero and dot_x(single, SIGNIFICANT, range(45, 70)) > zero[0]
+    with pytest.raises(ValueError, match="no rows"):
+        forest_plot([("empty", [])])

@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from t2t_jax.evaluation import study
 
@@ -73,6 +74,11 @@ def test_summary_pairs_arms_on_the_same_boards(tmp_path):
     assert "`grpo`: monitor vs warm start" in md and "`shuffle`: monitor vs grpo" in md
     assert len(open(paths["csv"]).read().splitlines()) == 1 + 6
     assert json.load(open(paths["json"]))["command"] == "python -m launch.study ..."
+    panels = dict(study.forest_panels(summary))
+    assert [r[0] for r in panels["monitor vs grpo"]] == ["shuffle"] and len(
+        panels["benchmark greedy valid vs warm start"]
+    ) == 2
+    assert Image.open(paths["png"]).size[0] > 0
     with pytest.raises(ValueError, match="--reference: 'control'"):
         study.summarize(results, "control")
     with pytest.raises(ValueError, match="arm 'shuffle' has seeds"):

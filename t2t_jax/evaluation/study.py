@@ -274,8 +274,35 @@ def study_markdown(summary: dict, command: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
+def forest_panels(summary: dict) -> list[tuple[str, list[tuple]]]:
+    """The pooled paired tests as forest-plot panels (t2t_jax/render/forest.py): each arm against
+    the warm start, then each other arm against the reference, monitor and benchmark."""
+
+    def row(arm, d):
+        return (arm, d["diff"], d["ci95"][0], d["ci95"][1], d["p_value"])
+
+    ref, arms, k = summary["reference"], summary["arms"], summary["monitor_k"]
+    panels = [
+        (
+            f"monitor avg@{k} valid vs warm start",
+            [row(a, r["monitor_vs_warm"]) for a, r in arms.items() if "monitor_vs_warm" in r],
+        ),
+        ("benchmark greedy valid vs warm start", [row(a, r["benchmark_vs_warm"]) for a, r in arms.items()]),
+    ]
+    others = {a: r["vs_reference"]["pooled"] for a, r in arms.items() if "vs_reference" in r}
+    if others:
+        panels += [
+            (f"monitor vs {ref}", [row(a, v["monitor"]) for a, v in others.items() if "monitor" in v]),
+            (f"benchmark vs {ref}", [row(a, v["benchmark"]) for a, v in others.items()]),
+        ]
+    return [p for p in panels if p[1]]
+
+
 def write_study(directory: str, summary: dict, command: str = "") -> dict:
-    """study.json (the summary), study.csv (arm x seed rows) and study.md in `directory`."""
+    """study.json (the summary), study.csv (arm x seed rows), study.md and study.png (the forest
+    plot of the pooled paired tests) in `directory`."""
+    from t2t_jax.render.forest import forest_plot
+
     buf = _io.StringIO()
     writer = csv.writer(buf)
     writer.writerow(
@@ -310,4 +337,9 @@ def write_study(directory: str, summary: dict, command: str = "") -> dict:
     io.write_atomic(paths["json"], json.dumps({"command": command, **summary}, indent=1))
     io.write_atomic(paths["csv"], buf.getvalue())
     io.write_atomic(paths["md"], study_markdown(summary, command))
+    png = _io.BytesIO()
+    title = f"Paired differences, pooled over seeds {summary['seeds']} (dark: p < 0.01)"
+    forest_plot(forest_panels(summary), title=title).save(png, format="PNG")
+    paths["png"] = os.path.join(directory, "study.png")
+    io.write_atomic(paths["png"], png.getvalue())
     return paths

@@ -31,7 +31,7 @@ AGENT_COLOURS = (
 LEGEND_ROW = 16
 
 
-def _font(size):
+def load_font(size):
     try:
         return ImageFont.load_default(size=size)
     except TypeError:  # Pillow < 10.1
@@ -64,7 +64,7 @@ def board_image(
         for c in range(n):
             box = (c * cell, top + r * cell, (c + 1) * cell - 1, top + (r + 1) * cell - 1)
             draw.rectangle(box, fill=HOLE if (r, c) in holes else ICE, outline=LINE)
-    font = _font(max(10, cell // 3))
+    font = load_font(max(10, cell // 3))
     for i, (gr, gc) in enumerate(board["goals"]):
         pad = max(2, cell // 10)
         draw.rectangle(
@@ -89,7 +89,7 @@ def board_image(
                 draw.line((x0, y1, x1, y0), fill=BAD, width=3)
             else:
                 draw.ellipse((x0, y0, x1, y1), outline=BAD, width=3)
-    small = _font(11)
+    small = load_font(11)
     if title:
         draw.text((3, 2), title, fill=TEXT, font=small)
     if legend:

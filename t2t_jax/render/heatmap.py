@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from PIL import Image, ImageDraw
 
-from t2t_jax.render.board import TEXT, _font
+from t2t_jax.render.board import TEXT, load_font
 
 
 def _shade(rate: float) -> tuple:
@@ -26,7 +26,7 @@ def rate_heatmap(
     panel_w = cell * len(sizes)
     img = Image.new("RGB", (left + len(metrics) * (panel_w + gap), top + cell * len(agents) + 28), "white")
     draw = ImageDraw.Draw(img)
-    font, small = _font(14), _font(11)
+    font, small = load_font(14), load_font(11)
     draw.text((8, 6), title, fill=TEXT, font=font)
     for m, metric in enumerate(metrics):
         x0 = left + m * (panel_w + gap)
