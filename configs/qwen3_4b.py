@@ -18,7 +18,7 @@ from t2t_jax.config.defaults import base
 
 def get_config(arg: str = ""):
     c = base()
-    # attn_chunk 512 and micro-batches of 32 sequences: what fits v5e-16 (README, AOT tables)
+    # attn_chunk 512 and micro-batches of 32 sequences: what fits v5e-16 (docs/model.md, AOT tables)
     c.model.update(preset="qwen3-4b", checkpoint="", dtype="bfloat16", remat="full", attn_chunk=512)
     c.mesh = {"data": 1, "fsdp": -1, "tensor": 1}
     c.env.initial = json.dumps(

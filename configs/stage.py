@@ -12,13 +12,8 @@ size (3x3 to 10x10; on sizes 3-6 only it left the 7x7-10x10 cells at zero). GRPO
 3-agent boards of all sizes, preferring groups whose rewards differ (dynamic sampling); the
 benchmark points use a fixed subset (30 boards per cell at the first and last point, 6 between).
 
-The warm start depends on the seed: 6.2% valid on the benchmark for seed 0, 1.4% for seed 1
-(not yet turning displacements into moves after 800 steps, nor after 1,200). Before `dense` got
-its own backward (other float rounding) it was 5.2%, 0.6% and 0.8% for seeds 0-2, and
-`--config.sft.targets=straight --config.sft.boards=8192` (only the boards whose straight plan is
-valid) gave 4.3%, 3.7% and 2.7%, but the loop from it then lost 12 boards and gained none, after
-the engineer added a 1-agent bucket (hence engineer.agent_range = (2, 5) below; README, the
-stage loop).
+The warm start depends on the seed and on the machine's float rounding; what each setting here
+was measured to do is in docs/experiments.md ("Tuning the embedded default").
 """
 
 import json
@@ -60,13 +55,13 @@ def get_config(arg: str = ""):
     # differ (most groups of the warm-started model are all-invalid or all-valid and carry no
     # advantage); the batch is filled up from the last round at advantage 0. A constant 2e-4 after
     # 4 warmup updates (3e-5 decaying to 1e-5 by stage 2 did not move the monitor; 3e-4 on 8
-    # boards a step lowered it; README, Evidence).
+    # boards a step lowered it; docs/experiments.md).
     c.grpo.update(
         steps=16, prompts=16, group_size=8, loss_type="dapo", beta=0.0, dynamic_sampling=True, dynamic_sampling_rounds=3
     )
     c.optim.update(learning_rate=2e-4, warmup_steps=4, decay_steps=48, end_lr_fraction=1.0)
     # The engineer's agent counts: those of the warm start and the benchmark (a 1-agent bucket it
-    # once added cost the policy 12 benchmark boards and gained none; README, the stage loop).
+    # once added cost the policy 12 benchmark boards and gained none; docs/stage_loop.md).
     c.engineer.update(failure_cases=2, agent_range=(2, 5))
     c.eval.update(per_cell=30, mid_per_cell=6, heldout=32, batch_size=64, monitor=256, monitor_samples=8)
     c.checkpoint.update(every=50)

@@ -1,13 +1,11 @@
 """Process settings that must be in place before the interpreter starts: glibc's malloc tunables.
 
 XLA:CPU allocates an executable's temporaries afresh on every call, and glibc serves each large
-block with a new mmap, so every call page-faults its whole working set in 4 KiB pages: about
-400k faults and 1.5 CPU-seconds of kernel time per `100m` train step on a 2-core host, 30% of
-the embedded default's SFT step. `glibc.malloc.hugetlb=1` (glibc >= 2.35) makes malloc ask for
-transparent huge pages, which removes almost all of them (train_step_100m 4.7 -> 3.9 s, the
-tiny SFT step 0.49 -> 0.35 s). Tunables are read once at process start, so the launchers call
-`reexec_with_malloc_tunables()` before anything else and restart themselves once with the
-tunable set; `T2T_JAX_REEXEC=0` turns that off (an older glibc ignores the tunable).
+block with a new mmap, so every call page-faults its whole working set in 4 KiB pages.
+`glibc.malloc.hugetlb=1` (glibc >= 2.35) makes malloc ask for transparent huge pages, which
+removes almost all of those faults (measured: docs/experiments.md). Tunables are read once at
+process start, so the launchers call `reexec_with_malloc_tunables()` before anything else and
+restart themselves once with the tunable set; `T2T_JAX_REEXEC=0` turns that off (an older glibc ignores the tunable).
 """
 
 from __future__ import annotations

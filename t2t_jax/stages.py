@@ -503,7 +503,7 @@ class StageRunner:
         }
         if signal is not None and not any(signal):
             # No group differs: no update at all (with a zero gradient Adam's momentum alone would still
-            # move the params: 16 such steps took the monitor from 12.6% to 6.1%, README Evidence).
+            # move the params: 16 such steps took the monitor from 12.6% to 6.1%, docs/experiments.md).
             return state, ro, concat(drawn), metrics | {"no_signal": 1.0}
         adv = grpo.batch_advantages(
             ro.rewards,

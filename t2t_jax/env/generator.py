@@ -24,7 +24,7 @@ Per board (everything vmapped over boards and candidates, no Python loop over bo
    conflict-free joint plan of makespan min_distance.
 
 `Generator.sample` also returns which tier made each board (candidate index, CORRIDORS, LINE);
-`python -m launch.mapf stats` prints the per-bucket acceptance rates (README, "Board
+`python -m launch.mapf stats` prints the per-bucket acceptance rates (docs/environment.md, "Board
 distribution"). Joint feasibility of candidate boards is settled later by certification.
 """
 

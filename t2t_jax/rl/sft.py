@@ -10,9 +10,8 @@ solver's witness is an arbitrary one, which a small model learns slowly. Where t
 plan (every agent all its vertical moves, then all its horizontal ones) is valid, it is optimal
 (each agent moves its Manhattan distance, the lower bound). `canonical` makes it the target
 there and keeps the witness elsewhere; `straight` keeps only those boards: one rule, turning each
-agent's displacement into moves, with no witness detours to contradict it (the embedded tiny
-model learns that rule within its 800 steps for each of seeds 0-2 this way, and for seed 0 only
-with `canonical`).
+agent's displacement into moves, with no witness detours to contradict it (what each gave the
+embedded default: docs/experiments.md).
 """
 
 from __future__ import annotations

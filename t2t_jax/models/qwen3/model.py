@@ -123,7 +123,7 @@ def dense(x, w, out_dtype=None):
     The backward pass is written out (`_dense_bwd`): the weight gradient is one 2-D matmul
     `g^T x` over the flattened tokens. Left to autodiff inside the layer scan, XLA:CPU fused the
     elementwise gradient (SiLU's, the residual sum) into a transposed copy of `g` that ran at a
-    few hundred MB/s and cost a quarter of the `100m` train step (README, Benchmarks)."""
+    few hundred MB/s and cost a quarter of the `100m` train step (docs/benchmarks.md)."""
     return jnp.einsum("...i,oi->...o", x, w, preferred_element_type=out_dtype)
 
 
@@ -183,7 +183,7 @@ class Qwen3(nnx.Module):
       scan_layers: run the layers under one `lax.scan` (one compiled layer body: compile time
         independent of depth, the pod-scale setting); False unrolls them (L copies of the body,
         no stacked activation buffers; on CPU faster for some shapes and slower for others,
-        README Benchmarks), as MaxText's `scan_layers`.
+        docs/benchmarks.md), as MaxText's `scan_layers`.
     """
 
     def __init__(
