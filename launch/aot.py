@@ -104,7 +104,7 @@ def abstract_model(config, mesh, param_dtype):
 
     def shard_of(path, leaf):
         name = str(getattr(path[-1], "key", path[-1]))
-        return sharding.param_sharding(name, leaf.shape, mesh)
+        return sharding.param_sharding(qwen3.Qwen3.logical_axes(name), leaf.shape, mesh)
 
     return graphdef, params, jax.tree_util.tree_map_with_path(shard_of, params)
 

@@ -56,13 +56,13 @@ def main(argv):
         budget = _MAX_NEW.value or runner.config.rollout.max_new_tokens
         out, label = _OUT.value or _RUN.value, _LABEL.value or os.path.basename(os.path.abspath(_RUN.value))
     else:
-        from t2t_jax.models import qwen3
+        from t2t_jax import models
         from t2t_jax.rl.rollout import Policy
         from t2t_jax.sampling import Sampler
         from t2t_jax.text.tokenizer import load_tokenizer, stop_ids
 
         tok = load_tokenizer(_HF.value)
-        model = qwen3.from_pretrained(_HF.value)
+        model = models.from_pretrained(_HF.value)
         policy = Policy(
             Sampler(model, stop_ids(tok), tok.pad_token_id), tok, enable_thinking=_THINKING.value, style=_STYLE.value
         )

@@ -25,7 +25,7 @@ import time
 
 import jax
 
-from t2t_jax.config import schema
+from t2t_jax.config import schema, upgrade
 from t2t_jax.env import io
 from t2t_jax.errors import UserError
 
@@ -50,7 +50,8 @@ def changes(old: dict, new: dict) -> dict[str, list]:
 
 
 def current_config(workdir: str) -> dict:
-    """The run's config now: config.json with each resume's recorded changes applied."""
+    """The run's config now: config.json with each resume's recorded changes applied, and the
+    fields added since it began filled (t2t_jax/config/upgrade.py)."""
     path = os.path.join(workdir, CONFIG)
     if not os.path.exists(path):
         raise RunDirError(f"{workdir}: no {CONFIG}, not a launch.main run directory")
@@ -62,7 +63,7 @@ def current_config(workdir: str) -> dict:
             for key in path_:
                 node = node.setdefault(key, {})
             node[leaf] = value
-    return config
+    return upgrade.upgrade_config(config)
 
 
 def read_history(workdir: str) -> list[dict]:

@@ -2,9 +2,10 @@
 
 A mesh comes from a dict of axis sizes, -1 meaning "the rest of the devices":
 `make_mesh({"data": 1, "fsdp": -1, "tensor": 2})`. Parameters and activations carry logical
-axes (`embed`, `q_heads`, `kv_heads`, `mlp`, `vocab`, `layers`, `head_dim`, `batch`); `rules`
-map each logical axis to mesh axes (or None: replicated). A rule whose mesh axes do not divide
-the dimension falls back to replication for that dimension.
+axes (`embed`, `q_heads`, `kv_heads`, `mlp`, `vocab`, `layers`, `head_dim`, `batch`), which each
+model declares (`model.logical_axes(name)`, t2t_jax/models/base.py); `rules` map each logical
+axis to mesh axes (or None: replicated). A rule whose mesh axes do not divide the dimension
+falls back to replication for that dimension. Nothing here knows a particular model.
 """
 
 from __future__ import annotations
@@ -14,8 +15,6 @@ import math
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
-
-from t2t_jax.models.qwen3.model import LAYER_WEIGHTS
 
 DEFAULT_RULES = {
     "batch": ("data", "fsdp"),
@@ -27,7 +26,6 @@ DEFAULT_RULES = {
     "head_dim": None,
     "layers": None,
 }
-GLOBAL_AXES = {"embed": ("vocab", "embed"), "final_norm": ("embed",), "lm_head": ("vocab", "embed")}
 
 
 def make_mesh(axes: dict[str, int], devices=None) -> Mesh:
@@ -47,13 +45,6 @@ def make_mesh(axes: dict[str, int], devices=None) -> Mesh:
     return Mesh(np.array(devices).reshape(tuple(sizes.values())), tuple(sizes))
 
 
-def logical_axes(name: str) -> tuple:
-    """Logical axes of one model weight (layer weights have a leading `layers` axis)."""
-    if name in LAYER_WEIGHTS:
-        return ("layers",) + LAYER_WEIGHTS[name][1]
-    return GLOBAL_AXES[name]
-
-
 def spec(axes: tuple, shape: tuple, mesh: Mesh, rules=None) -> PartitionSpec:
     """PartitionSpec for logical `axes` of an array of `shape` (non-dividing rules replicate)."""
     rules = DEFAULT_RULES if rules is None else rules
@@ -71,21 +62,19 @@ def spec(axes: tuple, shape: tuple, mesh: Mesh, rules=None) -> PartitionSpec:
     return PartitionSpec(*out)
 
 
-def param_sharding(name: str, shape: tuple, mesh: Mesh, rules=None) -> NamedSharding:
-    return NamedSharding(mesh, spec(logical_axes(name), shape, mesh, rules))
+def param_sharding(axes: tuple, shape: tuple, mesh: Mesh, rules=None) -> NamedSharding:
+    """The NamedSharding of a weight with logical `axes` and `shape`."""
+    return NamedSharding(mesh, spec(axes, shape, mesh, rules))
 
 
 def shard_model(model, mesh: Mesh, rules=None):
-    """Place every weight of a Qwen3 model on the mesh (in place); returns the model. Each
-    process must hold the same values (same seed or checkpoint); it places only its own shards,
-    so this works multi-host."""
-    from t2t_jax.models.qwen3.params import named_params
-
-    for name, param in named_params(model).items():
+    """Place every weight of a model (`named_params()`, `logical_axes(name)`) on the mesh, in
+    place; returns the model. Each process must hold the same values (same seed or checkpoint);
+    it places only its own shards, so this works multi-host."""
+    for name, param in model.named_params().items():
         host = np.asarray(param.value)
-        param.value = jax.make_array_from_callback(
-            host.shape, param_sharding(name, host.shape, mesh, rules), lambda idx, h=host: h[idx]
-        )
+        sharding = param_sharding(model.logical_axes(name), host.shape, mesh, rules)
+        param.value = jax.make_array_from_callback(host.shape, sharding, lambda idx, h=host: h[idx])
     return model
 
 

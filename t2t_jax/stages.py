@@ -29,12 +29,12 @@ import signal
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
+from t2t_jax import models
 from t2t_jax import sharding as shd
 from t2t_jax.checkpoint import Checkpointer, CheckpointError
+from t2t_jax.config.upgrade import upgrade_meta
 from t2t_jax.engineer.context import build_account
 from t2t_jax.engineer.engineer import Engineer
 from t2t_jax.env import io
@@ -42,10 +42,10 @@ from t2t_jax.env.certified import CertifiedGenerator
 from t2t_jax.env.config import EnvConfig
 from t2t_jax.evaluation import benchmark
 from t2t_jax.logging import SummaryWriter
-from t2t_jax.models import qwen3
-from t2t_jax.rl import grpo, sft
+from t2t_jax.rl import sft
 from t2t_jax.rl.rewards import TERMS
-from t2t_jax.rl.rollout import Policy, concat, guide
+from t2t_jax.rl.rollout import Policy
+from t2t_jax.rl.step import grpo_step
 from t2t_jax.rl.trainer import Trainer
 from t2t_jax.sampling import Sampler
 from t2t_jax.text.tokenizer import load_tokenizer, stop_ids
@@ -87,20 +87,6 @@ def setup_compilation_cache(path: str) -> None:
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
-def build_model(config, mesh):
-    """The policy: a local HF checkpoint, or a preset with fresh weights."""
-    dtype = jnp.dtype(config.model.dtype)
-    kw = dict(
-        remat=config.model.remat, attn_chunk=config.model.attn_chunk, scan_layers=config.model.get("scan_layers", True)
-    )  # (absent in older runs' config.json)
-    if config.model.checkpoint:
-        return qwen3.from_pretrained(config.model.checkpoint, dtype=dtype, mesh=mesh, **kw)
-    model = qwen3.Qwen3(
-        qwen3.PRESETS[config.model.preset], dtype=dtype, param_dtype=dtype, rngs=nnx.Rngs(config.seed), **kw
-    )
-    return shd.shard_model(model, mesh) if mesh is not None else model
-
-
 GUIDANCE = ("none", "witness", "canonical")
 OLD_LOGPROBS = ("recompute", "sampler")
 # The monitor's boards: one fixed draw from env.initial, the same for every seed and arm.
@@ -127,7 +113,7 @@ class StageRunner:
         setup_compilation_cache(c.compilation_cache)
         self.mesh = shd.make_mesh(dict(c.mesh)) if c.mesh else None
         self.tokenizer = load_tokenizer(c.model.tokenizer or c.model.checkpoint or None)
-        self.model = build_model(c, self.mesh)
+        self.model = models.build(c.model, c.seed, self.mesh)
         sampler = Sampler(self.model, stop_ids(self.tokenizer), self.tokenizer.pad_token_id)
         self.first = first = EnvConfig.from_json(c.env.initial)
         self.policy = Policy(
@@ -184,8 +170,8 @@ class StageRunner:
         """(state, ref, meta) of checkpoint `step`; the reference params exist from the GRPO
         phase on when grpo.beta > 0 (a clear error when beta changed across a resume)."""
         beta = self.config.grpo.beta
-        saved = self.ckpt.meta(step)
-        has_ref = saved.get("has_ref", bool(beta) and saved["phase"] != "sft")  # (older checkpoints)
+        saved = upgrade_meta(self.ckpt.meta(step), self.config)
+        has_ref = saved["has_ref"]
         if saved["phase"] not in ("sft", "warm") and has_ref != bool(beta):
             raise CheckpointError(
                 f"grpo.beta: {beta} on resume, but this run's GRPO phase began with "
@@ -273,7 +259,7 @@ class StageRunner:
         first point, which used the same boards; the monitor is always paired (`monitor_vs_first`)."""
         c = self.config
         entry = benchmark.results_entry(point, self._evaluate(params, boards, f"eval {point}"))
-        if c.eval.get("samples", 0):
+        if c.eval.samples:
             entry["sampled"] = self._sampled(params, boards, c.eval.samples, f"eval {point} avg@{c.eval.samples}")
         first = meta["results"][0] if meta["results"] else None
         if paired and "board_valid" in first:  # (absent in runs begun before it existed)
@@ -332,7 +318,7 @@ class StageRunner:
         first_boards = benchmark.benchmark_boards(c.eval.per_cell)
         mid_boards = benchmark.benchmark_boards(c.eval.mid_per_cell)
         with self._resumable(state, ref, meta):
-            monitor = self.monitor_boards() if c.eval.get("monitor", 0) else []
+            monitor = self.monitor_boards() if c.eval.monitor else []
         if meta["phase"] == "sft":
             state = self._sft(state, meta)
             meta.update(phase="warm", step=0)
@@ -404,7 +390,7 @@ class StageRunner:
         need = c.grpo.steps * c.grpo.prompts * (1 + c.grpo.dynamic_sampling_rounds)
         with self._resumable(state, ref, meta):
             pool = self._boards(env_config, self._key(100, s), need)
-        if c.grpo.get("guidance", "none") == "canonical":
+        if c.grpo.guidance == "canonical":
             pool = sft.canonical_plans(pool, env_config.max_size, env_config.max_agents)
         started = time.time()
         for step in tqdm(
@@ -415,7 +401,9 @@ class StageRunner:
             total=c.grpo.steps,
         ):
             global_step = s * c.grpo.steps + step
-            state, ro, drawn, metrics = self._grpo_step(state, ref, pool, step, weights, global_step)
+            state, ro, drawn, metrics = grpo_step(
+                self.policy, self.trainer, c, state, ref, pool, step, weights, global_step
+            )
             self._log_step(global_step, ro, drawn, metrics, env_config)
             meta["step"] = step + 1
             if (step + 1) % c.checkpoint.every == 0 and step + 1 < c.grpo.steps:
@@ -462,74 +450,6 @@ class StageRunner:
             self.close()
             raise Preempted(0)
         return state
-
-    def _grpo_step(self, state, ref, pool, step, weights, global_step):
-        """One GRPO update (none when dynamic sampling found no group whose samples differ).
-        Returns (state, the batch's Rollouts, every sample drawn this step before selection and
-        guidance, metrics)."""
-        c, g = self.config, self.config.grpo
-        p = g.prompts
-        rounds, drawn, informative = [], [], []
-        for round_ in range(1 + g.dynamic_sampling_rounds if g.dynamic_sampling else 1):
-            start = (step * (1 + g.dynamic_sampling_rounds) + round_) * p
-            ro = self.policy.rollout(
-                state.params,
-                pool[start : start + p],
-                n=g.group_size,
-                max_new_tokens=c.rollout.max_new_tokens,
-                reward_weights=weights,
-                temperature=c.rollout.temperature,
-                top_k=c.rollout.top_k,
-                top_p=c.rollout.top_p,
-                seed=c.seed * 1_000_003 + global_step * 17 + round_,
-            )
-            drawn.append(ro)
-            if g.get("guidance", "none") != "none":
-                ro = guide(self.policy, ro, g.group_size, c.rollout.max_new_tokens, weights)
-            rounds.append(ro)
-            informative.append(
-                grpo.informative_groups(ro.terms, ro.rewards, g.group_size, g.get("informative", "reward"))
-            )
-            if sum(m.sum() for m in informative) >= p:
-                break
-        signal = None
-        if g.dynamic_sampling:
-            picks = grpo.select_groups(informative, p)
-            ro = concat([rounds[r].select(range(i * g.group_size, (i + 1) * g.group_size)) for r, i in picks])
-            signal = [informative[r][i] for r, i in picks]
-        metrics = {
-            "guided": float(np.mean(ro.guided)),
-            "informative_groups": float(np.mean(np.concatenate(informative))),
-        }
-        if signal is not None and not any(signal):
-            # No group differs: no update at all (with a zero gradient Adam's momentum alone would still
-            # move the params: 16 such steps took the monitor from 12.6% to 6.1%, docs/experiments.md).
-            return state, ro, concat(drawn), metrics | {"no_signal": 1.0}
-        adv = grpo.batch_advantages(
-            ro.rewards,
-            g.group_size,
-            g.scale_rewards,
-            signal=signal,
-            control=g.get("control", "none"),
-            seed=c.seed * 1_000_003 + global_step,
-        )
-        batch = ro.batch() | {"advantages": adv, "sampler_logps": ro.logprobs, "sampled": ~ro.guided}
-        if g.old_logprobs == "sampler":
-            batch["old_logps"] = ro.logprobs
-        batch = self.trainer.shard(batch)
-        if g.old_logprobs == "recompute" and g.num_iterations > 1:
-            batch["old_logps"] = self.trainer.logprobs(state.params, batch)
-        if g.beta:
-            batch["ref_logps"] = self.trainer.logprobs(ref, batch)
-        t0 = time.time()
-        for _ in range(g.num_iterations):
-            state, update = self.trainer.update(state, batch)
-        metrics = {**{k: float(v) for k, v in update.items()}, **metrics, "no_signal": 0.0}
-        metrics["tokens_per_s"] = (
-            float(ro.completion_mask.sum() + ro.prompt_mask.sum()) * g.num_iterations / (time.time() - t0)
-        )
-        self.trainer.check_finite(metrics)
-        return state, ro, concat(drawn), metrics
 
     # ---- logs -------------------------------------------------------------------------------
     def _log_step(self, step, ro, drawn, metrics, env_config):

@@ -124,7 +124,8 @@ def test_gradients_match_transformers(name, tmp_path):
     """Every weight's gradient against torch autograd (our `dense` has a hand-written backward)."""
     from flax import nnx
 
-    from t2t_jax.models.qwen3.params import HF_LAYER, hf_names, named_params
+    from t2t_jax.models.qwen3.model import named_params
+    from t2t_jax.models.qwen3.params import HF_LAYER, hf_names
 
     ref = hf_model(name, seed=2)
     ref.save_pretrained(tmp_path, safe_serialization=True)

@@ -33,7 +33,6 @@ import optax
 from flax import nnx
 
 from t2t_jax import sharding as shd
-from t2t_jax.models.qwen3.model import KVCache
 from t2t_jax.rl import grpo
 
 
@@ -116,13 +115,7 @@ def _shared_prompt_hidden(model, batch, group: int):
 
     cache = model.init_cache(b // group, p + c)
     h_prompt, cache = model.hidden(first(batch["prompt_ids"]), first(batch["prompt_mask"]), cache)
-    cache = KVCache(
-        k=tuple(map(spread, cache.k)),
-        v=tuple(map(spread, cache.v)),
-        valid=spread(cache.valid),
-        next_pos=spread(cache.next_pos),
-        index=cache.index,
-    )
+    cache = cache.map_rows(spread)
     h_completion, _ = model.hidden(batch["completion_ids"], batch["completion_mask"], cache)
     return jnp.concatenate([spread(h_prompt[:, -1:]), h_completion[:, :-1]], axis=1)
 

@@ -107,7 +107,7 @@ def _generate(
     layers = model.unstack_layers()  # once, outside the loop (see Qwen3.hidden)
     last = model.logits_from_hidden(hidden[:, -1])  # the prompt's last position only
     rows = b * n
-    cache = jax.tree.map(lambda x: jnp.repeat(x, n, axis=0) if x.ndim else x, cache)
+    cache = cache.map_rows(lambda x: jnp.repeat(x, n, axis=0))
     last = jnp.repeat(last, n, axis=0)
 
     def cond(carry):

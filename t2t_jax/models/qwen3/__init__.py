@@ -10,7 +10,10 @@ from t2t_jax.models.qwen3.model import KVCache, Qwen3, num_params
 from t2t_jax.models.qwen3.params import CheckpointError, from_pretrained, save_pretrained
 from t2t_jax.models.qwen3.presets import PRESETS, Qwen3Config
 
+MODEL = Qwen3  # the family's model class (t2t_jax.models.build)
+
 __all__ = [
+    "MODEL",
     "CheckpointError",
     "KVCache",
     "PRESETS",

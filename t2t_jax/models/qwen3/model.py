@@ -46,6 +46,7 @@ LAYER_WEIGHTS = {
     "up_proj": (lambda c: (c.intermediate_size, c.hidden_size), ("mlp", "embed")),
     "down_proj": (lambda c: (c.hidden_size, c.intermediate_size), ("embed", "mlp")),
 }
+GLOBAL_AXES = {"embed": ("vocab", "embed"), "final_norm": ("embed",), "lm_head": ("vocab", "embed")}
 NORMS = ("input_norm", "q_norm", "k_norm", "post_norm")
 
 
@@ -60,6 +61,16 @@ class KVCache:
     valid: chex.Array
     next_pos: chex.Array
     index: chex.Array
+
+    def map_rows(self, fn) -> KVCache:
+        """`fn` applied to every per-row array ([B, ...] -> [B', ...]); the shared index kept."""
+        return KVCache(
+            k=tuple(map(fn, self.k)),
+            v=tuple(map(fn, self.v)),
+            valid=fn(self.valid),
+            next_pos=fn(self.next_pos),
+            index=self.index,
+        )
 
 
 def rms_norm(x, weight, eps):
@@ -222,6 +233,18 @@ class Qwen3(nnx.Module):
             else nnx.Param(init(rngs.params(), (c.vocab_size, c.hidden_size), param_dtype))
         )
 
+    @staticmethod
+    def logical_axes(name: str) -> tuple:
+        """Logical axes of one weight (t2t_jax.sharding maps them to mesh axes); layer weights
+        have a leading `layers` axis."""
+        if name in LAYER_WEIGHTS:
+            return ("layers",) + LAYER_WEIGHTS[name][1]
+        return GLOBAL_AXES[name]
+
+    def named_params(self) -> dict:
+        """Our weight name -> its nnx.Param (layer weights stacked [L, ...])."""
+        return named_params(self)
+
     def init_cache(self, batch: int, length: int, dtype=None) -> KVCache:
         """An empty cache for `batch` rows of up to `length` tokens (prompt + new)."""
         c = self.config
@@ -347,6 +370,15 @@ class Qwen3(nnx.Module):
         if cache is None:
             return self.logits_from_hidden(out)
         return self.logits_from_hidden(out[0]), out[1]
+
+
+def named_params(model) -> dict:
+    """Weight name -> its leaf, for a Qwen3 or a pytree of its shape (e.g. its gradients)."""
+    out = {"embed": model.embed, "final_norm": model.final_norm}
+    if getattr(model, "lm_head", None) is not None:
+        out["lm_head"] = model.lm_head
+    out.update(dict(model.layers.items()))
+    return out
 
 
 def num_params(config: Qwen3Config) -> int:

@@ -21,7 +21,7 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 
 from t2t_jax.errors import UserError
-from t2t_jax.models.qwen3.model import Qwen3
+from t2t_jax.models.qwen3.model import Qwen3, named_params
 from t2t_jax.models.qwen3.presets import Qwen3Config
 
 # Our stacked layer weight -> HF name inside model.layers.{i}.
@@ -147,18 +147,9 @@ def from_pretrained(path: str, dtype=jnp.float32, mesh=None, rules=None, **model
         else:
             from t2t_jax.sharding import param_sharding
 
-            sharding = param_sharding(name, shape, mesh, rules)
+            sharding = param_sharding(Qwen3.logical_axes(name), shape, mesh, rules)
             param.value = jax.make_array_from_callback(shape, sharding, load)
     return model
-
-
-def named_params(model: Qwen3) -> dict:
-    """Our weight name -> its nnx.Param."""
-    out = {"embed": model.embed, "final_norm": model.final_norm}
-    if model.lm_head is not None:
-        out["lm_head"] = model.lm_head
-    out.update({k: v for k, v in model.layers.items()})
-    return out
 
 
 def save_pretrained(model: Qwen3, path: str) -> None:

@@ -1,0 +1,45 @@
+"""Runs begun by older code, read as today's: every fallback for an old run in one place.
+
+    config = upgrade_config(json.load(open("run/config.json")))   # fields added since: filled
+    meta = upgrade_meta(checkpointer.meta(step), config)          # checkpoint records too
+
+A field added after a run began is absent from its config.json. It reads as the value that
+reproduces what that run did: `ADDED_AS` where the new field's default changed the behaviour,
+else today's default (`defaults.base()`, chosen when each field was added so that old runs
+keep their behaviour). Without this a resume would see the absent field as a change to the
+run's maths, and `launch.eval --run` would fail on the missing field.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from t2t_jax.config import defaults, schema
+
+# Field -> the value a run made before the field existed behaved as (when not today's default).
+ADDED_AS: dict[str, Any] = {
+    "train.share_prompts": False,  # added with default True; before it every row ran in full
+}
+
+
+def upgrade_config(config: dict) -> dict:
+    """A copy of a run's config dict with every field it lacks filled (see the module docstring)."""
+    out = copy.deepcopy(config)
+    have = schema.leaves(out)
+    for field, value in schema.leaves(defaults.base().to_dict()).items():
+        if field in have:
+            continue
+        node, *path, leaf = [out, *field.split(".")]
+        for key in path:
+            node = node.setdefault(key, {})
+        node[leaf] = copy.deepcopy(ADDED_AS.get(field, value))
+    return out
+
+
+def upgrade_meta(meta: dict, config) -> dict:
+    """A checkpoint's JSON record with the keys older code did not write: `has_ref` (whether a
+    reference model was saved: then grpo.beta > 0 and past the SFT phase)."""
+    out = dict(meta)
+    out.setdefault("has_ref", bool(config.grpo.beta) and out["phase"] != "sft")
+    return out
