@@ -63,7 +63,9 @@ def get_config(arg: str = ""):
     # The engineer's agent counts: those of the warm start and the benchmark (a 1-agent bucket it
     # once added cost the policy 12 benchmark boards and gained none; docs/stage_loop.md).
     c.engineer.update(failure_cases=2, agent_range=(2, 5))
-    c.eval.update(per_cell=30, mid_per_cell=6, heldout=32, batch_size=64, monitor=256, monitor_samples=8)
+    c.eval.update(
+        per_cell=30, mid_per_cell=6, heldout=32, batch_size=64, monitor=256, monitor_samples=8, ood_per_cell=10
+    )
     c.checkpoint.update(every=50)
     if arg == "smoke":  # the test suite's run: every phase, in seconds
         c.stages = 2
@@ -72,7 +74,9 @@ def get_config(arg: str = ""):
         # Certified-plan guidance gives the untrained model's groups a success, so updates run.
         c.grpo.update(steps=2, prompts=2, group_size=2, dynamic_sampling_rounds=1, guidance="canonical")
         c.engineer.update(failure_cases=1, max_edits=1, max_tokens=200)
-        c.eval.update(per_cell=1, mid_per_cell=1, heldout=8, batch_size=16, monitor=8, monitor_samples=2)
+        c.eval.update(
+            per_cell=1, mid_per_cell=1, heldout=8, batch_size=16, monitor=8, monitor_samples=2, ood_per_cell=1
+        )
         c.checkpoint.update(every=1)
         c.logging.update(text_every=1)
     elif arg:

@@ -3,7 +3,8 @@ checkpoint of a `launch.main` run) or `--hf=DIR` (a local Hugging Face Qwen3 che
 
 Writes, in --out (default: the run's workdir, or ./eval_<name>): results_table.{md,csv,json}
 (3/4/5 agents, acc./opt. per map size, Sum = mean over sizes, the paper's reported rows beside
-ours, mean completion tokens per cell) and heatmap.png.
+ours, mean completion tokens per cell; then the out-of-distribution sets of --ood, at most
+--per_cell of their 50 boards per cell) and heatmap.png.
 
     python -m launch.eval --run=runs/default --per_cell=30
     python -m launch.eval --run=runs/default --per_cell=30 --samples=8 --temperature=0.7   # + avg@8, pass@8
@@ -35,6 +36,9 @@ _SAMPLES = flags.DEFINE_integer(
 _TEMPERATURE = flags.DEFINE_float("temperature", 1.0, "Sampling temperature of --samples (> 0).")
 _TOP_P = flags.DEFINE_float("top_p", 1.0, "Nucleus of --samples, in (0, 1].")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the --samples draws.")
+_OOD = flags.DEFINE_string(
+    "ood", "ood_6_agents,ood_dense", "Out-of-distribution sets scored too (greedy; '' for none)."
+)
 
 
 def main(argv):
@@ -47,6 +51,11 @@ def main(argv):
         raise app.UsageError(f"--top_p {_TOP_P.value} must be in (0, 1]")
     logging.set_verbosity(logging.WARNING)
     from t2t_jax.evaluation import benchmark
+
+    try:
+        ood_sets = benchmark.parse_ood(_OOD.value)
+    except ValueError as e:
+        raise app.UsageError(f"--{e}") from None
 
     if _RUN.value:
         from t2t_jax.stages import StageRunner
@@ -88,6 +97,9 @@ def main(argv):
     entry = benchmark.results_entry(
         label, rollouts, sampled, k=_SAMPLES.value, temperature=_TEMPERATURE.value, top_p=_TOP_P.value
     )
+    if ood_sets:
+        per_cell = min(_PER_CELL.value, 50) if _PER_CELL.value else None
+        entry["ood"] = benchmark.evaluate_ood(policy, params, ood_sets, per_cell, **kw)
     paths = benchmark.write_tables(out, entry, label=label)
     summary = {
         "valid": entry["valid"],
@@ -95,6 +107,8 @@ def main(argv):
         "boards": entry["boards"],
         "mean_tokens": entry["mean_tokens"],
     }
+    if entry.get("ood"):
+        summary["ood"] = {n: {"valid": e["valid"], "optimal": e["optimal"]} for n, e in entry["ood"].items()}
     if sampled is not None:
         k = _SAMPLES.value
         summary.update(

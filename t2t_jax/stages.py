@@ -45,7 +45,7 @@ from t2t_jax.logging import SummaryWriter
 from t2t_jax.rl import sft
 from t2t_jax.rl.rewards import TERMS
 from t2t_jax.rl.rollout import Policy
-from t2t_jax.rl.step import grpo_step
+from t2t_jax.rl.step import grpo_step, trajectory_point
 from t2t_jax.rl.trainer import Trainer
 from t2t_jax.sampling import Sampler
 from t2t_jax.text.tokenizer import load_tokenizer, stop_ids
@@ -181,7 +181,7 @@ class StageRunner:
         restored, meta = self.ckpt.restore(
             step, {"state": state, "ref": self.trainer.initial_params if has_ref else {}}
         )
-        return restored["state"], restored["ref"], meta
+        return restored["state"], restored["ref"], upgrade_meta(meta, self.config)
 
     def _maybe_preempted(self, state, ref, meta):
         if self._term:
@@ -255,8 +255,9 @@ class StageRunner:
 
     def _record_point(self, meta, point, params, boards, step, monitor, paired: bool = False):
         """Evaluate on `boards` (greedy; avg@k too with eval.samples) and on the `monitor` boards
-        (avg@k), append the entry. `paired`: `vs_first`, the boards gained and lost since the
-        first point, which used the same boards; the monitor is always paired (`monitor_vs_first`)."""
+        (avg@k), append the entry. `paired` (the last point): `vs_first`, the boards gained and
+        lost since the first point, which used the same boards, and `ood`, the out-of-distribution
+        sets of eval.ood; the monitor is always paired (`monitor_vs_first`)."""
         c = self.config
         entry = benchmark.results_entry(point, self._evaluate(params, boards, f"eval {point}"))
         if c.eval.samples:
@@ -269,6 +270,19 @@ class StageRunner:
             "benchmark/optimal": entry["optimal"],
             "benchmark/mean_tokens": entry["mean_tokens"],
         }
+        if paired and c.eval.ood:  # the last point: the out-of-distribution sets too
+            entry["ood"] = benchmark.evaluate_ood(
+                self.policy,
+                params,
+                benchmark.parse_ood(c.eval.ood),
+                c.eval.ood_per_cell,
+                max_new_tokens=c.rollout.max_new_tokens,
+                batch_size=c.eval.batch_size,
+                reward_weights=c.rewards.to_dict(),
+                progress=self.progress,
+                check=self._check_stop,
+            )
+            values.update({f"ood/{n}/{k}": e[k] for n, e in entry["ood"].items() for k in ("valid", "optimal")})
         if monitor:
             entry["monitor"] = self._sampled(params, monitor, c.eval.monitor_samples, f"monitor {point}")
             values.update({f"monitor/{k}": entry["monitor"][k] for k in ("avg_valid", "avg_optimal", "pass_valid")})
@@ -309,6 +323,7 @@ class StageRunner:
             "records": [],
             "results": [],
             "accounts": [],
+            "trajectory": [],  # one point per GRPO step (rl/step.py trajectory_point), for the account
         }
         if latest is not None:
             state, ref, meta = self._restore(latest, state)
@@ -405,6 +420,7 @@ class StageRunner:
                 self.policy, self.trainer, c, state, ref, pool, step, weights, global_step
             )
             self._log_step(global_step, ro, drawn, metrics, env_config)
+            meta["trajectory"].append({"stage": s, "step": step, **trajectory_point(drawn, metrics)})
             meta["step"] = step + 1
             if (step + 1) % c.checkpoint.every == 0 and step + 1 < c.grpo.steps:
                 self._save(state, ref, meta)
@@ -420,7 +436,15 @@ class StageRunner:
                 {"stage": a["stage"], "config": a["config"], "valid": a["overall"]["valid"]} for a in meta["accounts"]
             ]
             account = build_account(
-                s, env_config, weights, ro, cases=c.engineer.failure_cases, previous=previous, history=history
+                s,
+                env_config,
+                weights,
+                ro,
+                cases=c.engineer.failure_cases,
+                previous=previous,
+                history=history,
+                breakdown_cells=c.engineer.breakdown_cells,
+                trajectory=[t for t in meta["trajectory"] if t["stage"] == s],
             )
             meta["accounts"].append(account)
             self._log_failures(global_step, ro)

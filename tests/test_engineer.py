@@ -147,6 +147,7 @@ def test_account_and_every_engineer_kind(rollouts):
         top_p=1.0,
         agent_range=(1, 5),
         max_edits=2,
+        sections="statistics,breakdown,training,cases,history",
         efficiency_threshold=0.6,
     )
     for kind in KINDS:
@@ -209,6 +210,7 @@ def test_reward_guard_keeps_accuracy_first_below_the_threshold(rollouts, monkeyp
         top_p=1.0,
         agent_range=(1, 5),
         max_edits=2,
+        sections="statistics,breakdown,training,cases,history",
         efficiency_threshold=0.6,
         reward_guard=guard,
     )
@@ -218,3 +220,69 @@ def test_reward_guard_keeps_accuracy_first_below_the_threshold(rollouts, monkeyp
         assert record["reward_weights"] == ACCURACY_FIRST and "engineer.reward_guard" in record["reason"]
     else:
         assert record["reward_weights"]["length"] == 1.0 and record["reason"] == "accepted"
+
+
+def synthetic_rollouts(cells):
+    """Rows for (size, agents, holes, valid, vertex_collision) tuples, all in bucket 0."""
+    from t2t_jax.env.types import ParseStatus
+
+    boards = [
+        {"size": n, "starts": [[0, i] for i in range(k)], "holes": [[1, j] for j in range(h)], "bucket": 0}
+        for n, k, h, _, _ in cells
+    ]
+    valid = np.array([c[3] for c in cells], bool)
+    flags = {f: np.zeros(len(cells), bool) for f in context.FLAGS}
+    flags["vertex_collision"] = np.array([c[4] for c in cells], bool)
+    verdicts = types.SimpleNamespace(valid=valid, optimal=valid, all_goals_reached=valid, **flags)
+    plans = types.SimpleNamespace(parse_status=np.full(len(cells), int(ParseStatus.OK)))
+    return types.SimpleNamespace(
+        boards=boards, verdicts=verdicts, plans=plans, lengths=np.full(len(cells), 5), rewards=valid.astype(float)
+    )
+
+
+def test_breakdown_ranks_the_worst_cells_first_within_a_bucket():
+    # 4x4 with 2 agents and no holes: all valid; 8x8 with 3 agents and 20% holes (13/64): all
+    # fail with collisions; 8x8, 3 agents, no holes: half valid.
+    cells = (
+        [(4, 2, 0, True, False)] * 3 + [(8, 3, 13, False, True)] * 4 + [(8, 3, 0, True, False), (8, 3, 0, False, True)]
+    )
+    ro = synthetic_rollouts(cells)
+    out = context.breakdown(ro, np.zeros(len(cells), int), limit=8)
+    assert [(c["size"], c["agents"], c["holes"], c["valid"]) for c in out] == [
+        (8, 3, [0.2, 0.3], 0.0),
+        (8, 3, [0.0, 0.1], 0.5),
+        (4, 2, [0.0, 0.1], 1.0),
+    ]
+    assert out[0]["failures"] == {"vertex_collision": 4, "goals_not_reached": 4} and out[0]["boards"] == 4
+    assert out[0]["valid_ci"][1] < 0.5 and len(context.breakdown(ro, np.zeros(len(cells), int), limit=1)) == 1
+    assert context._band({"size": 10, "holes": [[0, 0]] * 50}) == 4  # 50% holes: the last band, closed
+
+
+def test_training_details_and_the_account_sections():
+    trajectory = [
+        {"reward": r, "valid": r, "tokens": 30 - i, "entropy": 1.0, "kl": None, "no_signal": i == 1}
+        for i, r in enumerate([0.1, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7])
+    ]
+    t = context.training_details(trajectory)
+    assert t["updates"] == 7 and t["no_signal"] == 1
+    assert t["reward"]["first"] == 0.1 and t["reward"]["last"] == 0.65 and t["tokens"]["last"] == 23.5
+    assert "kl" not in t and context.training_details([]) == {}
+    cells = [(8, 3, 13, False, True)] * 2 + [(4, 2, 0, True, False)] * 2
+    account = context.build_account(
+        1, CONFIG, ACCURACY_FIRST, synthetic_rollouts(cells), cases=0, trajectory=trajectory
+    )
+    full = context.account_text(account)
+    assert "Worst cells" in full and "Training: 7 updates (1 steps without signal)" in full and "Bucket 0" in full
+    only = context.account_text(account, sections=("breakdown",))
+    assert "Worst cells" in only and "Bucket 0" not in only and "Training" not in only
+    assert context.parse_sections("cases, history") == ("cases", "history")
+    with pytest.raises(ValueError, match="engineer.sections: 'stats' is not one of"):
+        context.parse_sections("stats")
+
+
+def test_each_edit_mode_has_its_own_instructions():
+    account = context.build_account(0, CONFIG, ACCURACY_FIRST, synthetic_rollouts([(4, 2, 0, True, False)]), cases=0)
+    selective = propose.engineer_messages(account, mode="selective")[-1]["content"]
+    rewrite = propose.engineer_messages(account, mode="rewrite")[-1]["content"]
+    assert "every bucket you do not name is kept" in selective and "kept" not in rewrite
+    assert "Buckets you do not list are dropped" in rewrite

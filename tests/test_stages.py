@@ -86,6 +86,15 @@ def test_full_run_writes_everything(run):
     table = open(workdir / "results_table.md").read()
     assert "Qwen3-4B + GRPO + Ours" in table and "| ours |" in table and "Sum acc." in table
     assert (workdir / "heatmap.png").stat().st_size > 0 and (workdir / "results_table.csv").exists()
+    # The last point scores the out-of-distribution sets too (1 board per cell in the smoke run).
+    ood = results[-1]["ood"]
+    assert {n: [(c["agents"], c["size"]) for c in e["cells"]] for n, e in ood.items()} == {
+        "ood_6_agents": [(6, n) for n in range(6, 11)],
+        "ood_dense": [(5, n) for n in range(5, 11)],
+    }
+    assert "ood" not in results[0] and "### ood_6_agents" in table and "### ood_dense" in table
+    # The engineer read the breakdown and the stage's training trajectory.
+    assert "Worst cells" in records[0]["prompt"] and "Training: " in records[0]["prompt"]
     assert "=== stage 0" in stdout and "engineer (self)" in stdout
     acc = EventAccumulator(str(workdir / "tb"))
     acc.Reload()
@@ -109,6 +118,7 @@ def test_full_run_writes_everything(run):
         "bucket_0/valid",
         "benchmark/valid",
         "monitor/avg_valid",
+        "ood/ood_dense/valid",
         "sft/nll",
     ):
         assert tag in tags["scalars"], tag
@@ -251,6 +261,8 @@ def test_eval_cli_on_the_run(run, tmp_path):
     assert abs(summary["valid"] - final["valid"]) < 1e-9  # the same boards, the same greedy policy
     assert 0 <= summary["avg@2_valid"] <= summary["pass@2_valid"] <= 1
     assert "| avg@2 acc. |" in open(summary["md"]).read()
+    assert set(summary["ood"]) == {"ood_6_agents", "ood_dense"}
+    assert summary["ood"]["ood_dense"]["valid"] == final["ood"]["ood_dense"]["valid"]  # per_cell 1, like the run
     # Reading the run wrote nothing into it (no config.json rewrite, no new event file).
     assert {
         os.path.join(r, p): os.path.getmtime(os.path.join(r, p)) for r, _, fs in os.walk(workdir) for p in fs

@@ -106,6 +106,8 @@ def base() -> mlc.ConfigDict:
     # constrained decoding max_tokens = 640 never truncates up to max_edits = 4.
     # reward_guard: a self/base proposal's reward weights stay accuracy-first until the held-out
     # valid rate reaches efficiency_threshold (the paper's rule; False: the proposal's own).
+    # sections: the account's sections in the prompt (each a context ablation: drop one to test
+    # it); breakdown_cells: the worst (size, agents, hole band) cells shown.
     c.engineer = mlc.ConfigDict(
         dict(
             kind="self",
@@ -120,6 +122,8 @@ def base() -> mlc.ConfigDict:
             max_edits=4,
             efficiency_threshold=0.6,
             reward_guard=True,
+            sections="statistics,breakdown,training,cases,history",
+            breakdown_cells=8,
         )
     )
     # Benchmark evaluation: per_cell boards of each (agents, size) cell at the first and last
@@ -127,8 +131,20 @@ def base() -> mlc.ConfigDict:
     # samples > 0 adds avg@k / pass@k (k = samples, at rollout.temperature / top_p) to greedy.
     # monitor: a fixed set of that many boards from env.initial (the same for every seed and arm),
     # scored by avg@monitor_samples at every point: on-distribution learning with a small error.
+    # ood: the out-of-distribution sets scored at the last point (greedy; "" for none),
+    # ood_per_cell boards of each of their cells (None: all 50).
     c.eval = mlc.ConfigDict(
-        dict(per_cell=None, mid_per_cell=30, heldout=128, batch_size=64, samples=0, monitor=0, monitor_samples=8),
+        dict(
+            per_cell=None,
+            mid_per_cell=30,
+            heldout=128,
+            batch_size=64,
+            samples=0,
+            monitor=0,
+            monitor_samples=8,
+            ood="ood_6_agents,ood_dense",
+            ood_per_cell=None,
+        ),
         type_safe=False,
     )
     c.checkpoint = mlc.ConfigDict(dict(every=10, keep=3))

@@ -93,6 +93,20 @@ def _env_json(v) -> bool:
 ENV_JSON = Spec("an EnvConfig JSON string (t2t_jax/env/config.py)", _env_json)
 
 
+def _ood(v) -> bool:
+    from t2t_jax.evaluation.sets import OOD
+
+    names = [x.strip() for x in v.split(",") if x.strip()] if isinstance(v, str) else None
+    return names is not None and all(n in OOD for n in names) and len(set(names)) == len(names)
+
+
+def _sections(v) -> bool:
+    from t2t_jax.engineer.context import SECTIONS
+
+    names = [x.strip() for x in v.split(",")] if isinstance(v, str) else None
+    return names is not None and all(n in SECTIONS for n in names if n) and len(set(names)) == len(names)
+
+
 def _agent_range(v) -> bool:
     from t2t_jax.env.config import MAX_AGENT_SLOTS
 
@@ -113,6 +127,7 @@ def _mesh(v) -> bool:
 
 
 def _fields() -> dict[str, Spec]:
+    from t2t_jax.engineer.context import SECTIONS
     from t2t_jax.engineer.engineer import EVIDENCE, KINDS
     from t2t_jax.engineer.propose import EDIT_MODES
     from t2t_jax.models.qwen3.model import REMAT_POLICIES
@@ -195,6 +210,8 @@ def _fields() -> dict[str, Spec]:
         "engineer.max_edits": integer(1),
         "engineer.efficiency_threshold": real(0.0, 1.0),
         "engineer.reward_guard": BOOL,
+        "engineer.sections": Spec(f"comma-separated names from {list(SECTIONS)}", _sections),
+        "engineer.breakdown_cells": integer(0),
         "eval.per_cell": integer(1, 150, optional=True),
         "eval.mid_per_cell": integer(1, 150, optional=True),
         "eval.heldout": integer(1),
@@ -202,6 +219,8 @@ def _fields() -> dict[str, Spec]:
         "eval.samples": integer(0),
         "eval.monitor": integer(0),
         "eval.monitor_samples": integer(1),
+        "eval.ood": Spec("comma-separated names from ['ood_6_agents', 'ood_dense'], or ''", _ood),
+        "eval.ood_per_cell": integer(1, 50, optional=True),
         "checkpoint.every": integer(1),
         "checkpoint.keep": integer(1),
         "logging.text_every": integer(1),

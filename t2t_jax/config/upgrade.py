@@ -39,7 +39,9 @@ def upgrade_config(config: dict) -> dict:
 
 def upgrade_meta(meta: dict, config) -> dict:
     """A checkpoint's JSON record with the keys older code did not write: `has_ref` (whether a
-    reference model was saved: then grpo.beta > 0 and past the SFT phase)."""
+    reference model was saved: then grpo.beta > 0 and past the SFT phase) and `trajectory` (the
+    GRPO steps' points for the engineer's account: none recorded)."""
     out = dict(meta)
     out.setdefault("has_ref", bool(config.grpo.beta) and out["phase"] != "sft")
+    out.setdefault("trajectory", [])
     return out

@@ -1,10 +1,17 @@
 """The failure account: what the engineer reads about a stage, as JSON and as prompt text.
 
-Per bucket of the stage's config: boards tried, valid and optimal rates with 95% Wilson
-intervals, the failure breakdown (each verdict flag and parse status), mean completion length
-and reward, the change in valid rate from the previous stage for the same bucket; then raw
-failure cases (board text, the model's answer, the verdict) up to a budget; the history of
-earlier configs and the valid rate that followed each; and the generator's legal ranges.
+Sections (`SECTIONS`; `engineer.sections` picks which the prompt shows, each one flag of the
+context ablations):
+- `statistics`: overall and per bucket of the stage's config: boards tried, valid and optimal
+  rates with 95% Wilson intervals, each verdict flag and parse status, mean completion length
+  and reward, the change in valid rate from the previous stage for the same bucket;
+- `breakdown`: within each bucket, cells of (map size, agent count, hole-density band) with
+  their rates, intervals and failure flags, the worst first (`breakdown`);
+- `training`: the stage's GRPO trajectory in brief: reward, valid rate, completion length,
+  entropy, KL, clip fractions over the updates (`training_details`);
+- `cases`: raw failure cases (board text, the model's answer, the verdict) up to a budget;
+- `history`: earlier configs and the valid rate that followed each.
+The generator's legal ranges are always shown.
 """
 
 from __future__ import annotations
@@ -29,6 +36,20 @@ FLAGS = (
     "parse_error",
     "truncated",
 )
+
+
+SECTIONS = ("statistics", "breakdown", "training", "cases", "history")
+HOLE_BANDS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)  # hole-density bands of the breakdown: [lo, hi)
+TRAJECTORY = ("reward", "valid", "tokens", "entropy", "kl", "clip_low", "clip_high")
+
+
+def parse_sections(spec: str) -> tuple[str, ...]:
+    """ "statistics,cases" -> the named sections; ValueError names an unknown one."""
+    names = tuple(x.strip() for x in spec.split(",") if x.strip())
+    bad = [n for n in names if n not in SECTIONS]
+    if bad:
+        raise ValueError(f"engineer.sections: {bad[0]!r} is not one of {SECTIONS}")
+    return names
 
 
 def wilson(successes: int, n: int, z: float = 1.96) -> list[float]:
@@ -88,6 +109,63 @@ def failure_cases(rollouts, budget: int, answer_chars: int = 400) -> list[dict]:
     return cases
 
 
+def _band(board: dict) -> int:
+    """The hole-density band index of a board (the last band is closed: 0.5 goes in [0.4, 0.5])."""
+    density = len(board["holes"]) / board["size"] ** 2
+    return min(int(np.searchsorted(HOLE_BANDS, density, side="right")) - 1, len(HOLE_BANDS) - 2)
+
+
+def breakdown(rollouts, buckets: np.ndarray, limit: int) -> list[dict]:
+    """The `limit` worst cells of (bucket, map size, agents, hole band) over the rollout rows
+    (`buckets` [rows]: each row's bucket), ranked by valid rate, then by the most boards; each
+    with its rates, 95% intervals and the failure flags seen."""
+    keys = [
+        (int(b), int(board["size"]), len(board["starts"]), _band(board)) for b, board in zip(buckets, rollouts.boards)
+    ]
+    cells = {}
+    for i, key in enumerate(keys):
+        cells.setdefault(key, []).append(i)
+    out = []
+    for (bucket, size, agents, band), rows in cells.items():
+        stats = bucket_stats(rollouts, np.asarray(rows))
+        out.append(
+            {
+                "bucket": bucket,
+                "size": size,
+                "agents": agents,
+                "holes": [HOLE_BANDS[band], HOLE_BANDS[band + 1]],
+                "boards": stats["boards"],
+                "valid": stats["valid"],
+                "valid_ci": stats["valid_ci"],
+                "optimal": stats["optimal"],
+                "failures": {k: v for k, v in stats["failures"].items() if v},
+            }
+        )
+    out.sort(key=lambda c: (c["valid"], -c["boards"], c["bucket"], c["size"], c["agents"], c["holes"]))
+    return out[:limit]
+
+
+def training_details(trajectory: Sequence[dict]) -> dict:
+    """The stage's updates in brief: for each TRAJECTORY key, the mean over the first and the
+    last quarter of the updates (at least one each) and over all; `updates` (those that ran) and
+    `no_signal` (steps without an update)."""
+    if not trajectory:
+        return {}
+    q = max(1, len(trajectory) // 4)
+    out = {"updates": sum(1 for t in trajectory if not t.get("no_signal")), "no_signal": 0}
+    out["no_signal"] = len(trajectory) - out["updates"]
+    for key in TRAJECTORY:
+        values = [t[key] for t in trajectory if t.get(key) is not None]
+        if values:
+            first, last = values[:q], values[-q:]
+            out[key] = {
+                "first": round(float(np.mean(first)), 4),
+                "last": round(float(np.mean(last)), 4),
+                "mean": round(float(np.mean(values)), 4),
+            }
+    return out
+
+
 def legal_ranges(config: EnvConfig) -> dict:
     return {
         "size": [MIN_SIZE, config.max_size],
@@ -107,8 +185,11 @@ def build_account(
     cases: int,
     previous: dict | None = None,
     history: Sequence[dict] = (),
+    breakdown_cells: int = 8,
+    trajectory: Sequence[dict] = (),
 ) -> dict:
-    """The account of one stage's held-out evaluation (rollouts' boards carry "bucket")."""
+    """The account of one stage's held-out evaluation (rollouts' boards carry "bucket");
+    `trajectory`: one dict of TRAJECTORY values per GRPO step of the stage."""
     buckets = np.array([int(b.get("bucket", 0)) for b in rollouts.boards])
     per_bucket = []
     prev = {json.dumps(b["config"], sort_keys=True): b for b in (previous or {}).get("buckets", [])}
@@ -124,36 +205,51 @@ def build_account(
         "reward_weights": dict(reward_weights),
         "overall": overall,
         "buckets": per_bucket,
+        "breakdown": breakdown(rollouts, buckets, breakdown_cells) if breakdown_cells else [],
+        "training": training_details(trajectory),
         "failure_cases": failure_cases(rollouts, cases) if cases else [],
         "history": list(history),
         "legal_ranges": legal_ranges(config),
     }
 
 
-def account_text(account: dict, evidence: str | None = None) -> str:
-    """The account as prompt text. `evidence` replaces the raw failure cases (the model's own
-    summary, for the summarised-evidence ablation)."""
-    lines = [
-        f"Stage {account['stage']} results. Reward weights: {json.dumps(account['reward_weights'])}",
-        f"Overall: valid {account['overall']['valid']:.2f}, optimal {account['overall']['optimal']:.2f}, "
-        f"mean tokens {account['overall']['mean_tokens']:.0f}",
-    ]
-    for b in account["buckets"]:
-        fails = {k: v for k, v in b["failures"].items() if v}
-        change = "" if b["change_in_valid"] is None else f", change {b['change_in_valid']:+.2f}"
-        lines.append(
-            f"Bucket {b['bucket']} {json.dumps(b['config'])}: {b['boards']} boards, valid "
-            f"{b['valid']:.2f} {b['valid_ci']}, optimal {b['optimal']:.2f}{change}, failures "
-            f"{json.dumps(fails)}, mean tokens {b['mean_tokens']:.0f}"
-        )
-    if evidence is not None:
-        lines.append(f"Summary of failures: {evidence}")
-    for c in account["failure_cases"]:
-        lines.append(
-            f"Failure (bucket {c['bucket']}, {', '.join(c['verdict']) or c['parse_status']}):\n"
-            f"{c['board']}\nAnswer: {c['answer']}"
-        )
-    for h in account["history"]:
-        lines.append(f"Earlier: stage {h['stage']} config {json.dumps(h['config'])} -> valid {h['valid']:.2f}")
+def account_text(account: dict, evidence: str | None = None, sections: Sequence[str] = SECTIONS) -> str:
+    """The account as prompt text, the `sections` named (SECTIONS order). `evidence` replaces the
+    raw failure cases (the model's own summary, for the summarised-evidence ablation)."""
+    lines = [f"Stage {account['stage']} results. Reward weights: {json.dumps(account['reward_weights'])}"]
+    if "statistics" in sections:
+        o = account["overall"]
+        lines.append(f"Overall: valid {o['valid']:.2f}, optimal {o['optimal']:.2f}, mean tokens {o['mean_tokens']:.0f}")
+        for b in account["buckets"]:
+            fails = {k: v for k, v in b["failures"].items() if v}
+            change = "" if b["change_in_valid"] is None else f", change {b['change_in_valid']:+.2f}"
+            lines.append(
+                f"Bucket {b['bucket']} {json.dumps(b['config'])}: {b['boards']} boards, valid "
+                f"{b['valid']:.2f} {b['valid_ci']}, optimal {b['optimal']:.2f}{change}, failures "
+                f"{json.dumps(fails)}, mean tokens {b['mean_tokens']:.0f}"
+            )
+    if "breakdown" in sections and account.get("breakdown"):
+        lines.append("Worst cells (bucket, size, agents, hole density):")
+        for c in account["breakdown"]:
+            lines.append(
+                f"  bucket {c['bucket']}, {c['size']}x{c['size']}, {c['agents']} agents, holes "
+                f"{c['holes'][0]:.1f}-{c['holes'][1]:.1f}: {c['boards']} boards, valid {c['valid']:.2f} "
+                f"{c['valid_ci']}, optimal {c['optimal']:.2f}, failures {json.dumps(c['failures'])}"
+            )
+    if "training" in sections and account.get("training"):
+        t = account["training"]
+        trend = ", ".join(f"{k} {t[k]['first']:.3g} -> {t[k]['last']:.3g}" for k in TRAJECTORY if k in t)
+        lines.append(f"Training: {t['updates']} updates ({t['no_signal']} steps without signal); {trend}")
+    if "cases" in sections:
+        if evidence is not None:
+            lines.append(f"Summary of failures: {evidence}")
+        for c in account["failure_cases"]:
+            lines.append(
+                f"Failure (bucket {c['bucket']}, {', '.join(c['verdict']) or c['parse_status']}):\n"
+                f"{c['board']}\nAnswer: {c['answer']}"
+            )
+    if "history" in sections:
+        for h in account["history"]:
+            lines.append(f"Earlier: stage {h['stage']} config {json.dumps(h['config'])} -> valid {h['valid']:.2f}")
     lines.append(f"Legal ranges: {json.dumps(account['legal_ranges'])}")
     return "\n".join(lines)

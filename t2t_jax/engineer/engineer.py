@@ -10,17 +10,20 @@ Reward guard (the paper's rule, `reward_guard`, on by default): until the held-o
 reaches `efficiency_threshold`, a `self` / `base` proposal's reward weights are replaced by the
 accuracy-first ones (`baselines.reward_schedule`, as the baselines use), and the record says so.
 
-Ablations (engineer config): `failure_cases` (raw cases in the context, a count; 0 = off),
+Ablations (engineer config): `sections` (which sections of the account the prompt shows:
+statistics, breakdown, training, cases, history; context.SECTIONS), `breakdown_cells` (the
+worst cells shown; 0 = off), `failure_cases` (raw cases in the context, a count; 0 = off),
 `evidence` (`raw` cases or `summary`: the same model first summarises them and only its
 summary is shown), `edit_mode` (selective / rewrite), `constrained` (decode under the proposal
-schema, or free text that must parse as JSON).
+schema, or free text that must parse as JSON). Each edit mode has its own instructions
+(propose.INSTRUCTIONS).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from t2t_jax.engineer import baselines, propose
+from t2t_jax.engineer import baselines, context, propose
 from t2t_jax.env.config import EnvConfig
 from t2t_jax.text.prompts import encode_texts
 
@@ -95,7 +98,7 @@ class Engineer:
             evidence, _ = self._decode(params, propose.summary_messages(account), None, self.seed + stage)
             account = {**account, "failure_cases": []}
             record["summary"] = evidence
-        messages = propose.engineer_messages(account, evidence)
+        messages = propose.engineer_messages(account, evidence, c.edit_mode, context.parse_sections(c.sections))
         record["prompt"] = messages[-1]["content"]
         schema = propose.proposal_schema(config, self.agent_range, c.max_edits)
         constraint = propose.constraint_for(schema, self.policy.tokenizer) if c.constrained else None

@@ -23,8 +23,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+from collections.abc import Sequence
 
-from t2t_jax.engineer.context import account_text
+from t2t_jax.engineer.context import SECTIONS, account_text
 from t2t_jax.env.config import ConfigError, EnvConfig, bucket_from_json
 
 EDIT_MODES = ("selective", "rewrite")
@@ -39,12 +40,22 @@ SYSTEM = (
     "You are the environment engineer of a reinforcement-learning curriculum for multi-agent "
     "path finding. You read how the policy did and propose the next stage's environment."
 )
-INSTRUCTIONS = (
-    "Propose the next stage's environment as JSON. Aim at the competence frontier: boards the "
-    "policy solves sometimes, not always and not never. Edit only the buckets that fail (name them "
-    "by their bucket number; one past the last adds a bucket) and keep the buckets that work. Move "
-    "reward weight from valid towards optimal and efficiency once plans are mostly valid."
+COMMON = (
+    "Aim at the competence frontier: boards the policy solves sometimes, not always and not never. "
+    "Move reward weight from valid towards optimal and efficiency once plans are mostly valid."
 )
+# Each edit mode its own instructions (the selective-vs-rewrite ablation differs in nothing else).
+INSTRUCTIONS = {
+    "selective": (
+        "Propose the next stage's environment as JSON. Edit only the buckets that fail (name them by "
+        "their bucket number; one past the last adds a bucket); every bucket you do not name is kept "
+        "as it is. " + COMMON
+    ),
+    "rewrite": (
+        "Propose the next stage's environment as JSON: the complete list of its buckets, numbered "
+        "from 0. Buckets you do not list are dropped. " + COMMON
+    ),
+}
 
 
 class ProposalError(ValueError):
@@ -155,10 +166,13 @@ def apply_proposal(
     return new, weights
 
 
-def engineer_messages(account: dict, evidence: str | None = None) -> list[dict]:
+def engineer_messages(
+    account: dict, evidence: str | None = None, mode: str = "selective", sections: Sequence[str] = SECTIONS
+) -> list[dict]:
+    """The proposal prompt: the account's `sections` as text, then `mode`'s instructions."""
     return [
         {"role": "system", "content": SYSTEM},
-        {"role": "user", "content": f"{account_text(account, evidence)}\n{INSTRUCTIONS}"},
+        {"role": "user", "content": f"{account_text(account, evidence, sections)}\n{INSTRUCTIONS[mode]}"},
     ]
 
 

@@ -39,11 +39,11 @@ def paper_table() -> dict:
         return json.load(f)
 
 
-def benchmark_boards(per_cell: int | None = None) -> list[dict]:
-    """The benchmark sets' boards in file order; `per_cell` keeps the first that many of each
+def set_boards(names, per_cell: int | None = None) -> list[dict]:
+    """The named eval sets' boards in file order; `per_cell` keeps the first that many of each
     (agents, size) cell (a fixed subset: the same boards every time)."""
     out = []
-    for name in sets.BENCHMARK:
+    for name in names:
         counts: dict = {}
         for b in sets.load(name):
             key = (len(b["starts"]), b["size"])
@@ -51,6 +51,51 @@ def benchmark_boards(per_cell: int | None = None) -> list[dict]:
             if per_cell is None or counts[key] <= per_cell:
                 out.append(b)
     return out
+
+
+def benchmark_boards(per_cell: int | None = None) -> list[dict]:
+    """The paper's benchmark sets (3, 4 and 5 agents): `set_boards(sets.BENCHMARK, per_cell)`."""
+    return set_boards(sets.BENCHMARK, per_cell)
+
+
+def parse_ood(spec: str) -> tuple[str, ...]:
+    """ "ood_6_agents,ood_dense" -> the names (each one of sets.OOD); "" -> none."""
+    names = tuple(x.strip() for x in spec.split(",") if x.strip())
+    bad = [n for n in names if n not in sets.OOD]
+    if bad:
+        raise ValueError(f"ood: {bad[0]!r} is not one of {list(sets.OOD)}")
+    return names
+
+
+def evaluate_ood(policy, params, names, per_cell: int | None = None, **kw) -> dict:
+    """{set name: results_entry} of out-of-distribution sets, greedy, each under the policy
+    padded to the set's agent count (`evaluate`'s keyword arguments in `kw`)."""
+    out = {}
+    for name in names:
+        wide = policy.padded_to(sets.SETS[name].max_agents)
+        rollouts = evaluate(wide, params, set_boards([name], per_cell), desc=name, **kw)
+        entry = results_entry(name, rollouts)
+        out[name] = {k: entry[k] for k in ("boards", "valid", "optimal", "mean_tokens", "cells")}
+    return out
+
+
+def ood_markdown(ood: dict) -> list[str]:
+    """Markdown lines: one table per OOD set, our valid / optimal % per map size and their mean."""
+    md = []
+    for name, e in ood.items():
+        cells = sorted(e["cells"], key=lambda c: c["size"])
+        agents = sorted({c["agents"] for c in cells})
+        md.append(f"\n### {name} (out of distribution: {', '.join(map(str, agents))} agents; ours only)\n")
+        md.append("| | " + " | ".join(f"{c['size']}×{c['size']} acc. | opt." for c in cells) + " | Sum acc. | opt. |")
+        md.append("|---|" + "---|---|" * (len(cells) + 1))
+        acc = [100 * c["valid"] for c in cells]
+        opt = [100 * c["optimal"] for c in cells]
+        md.append(
+            "| ours | "
+            + " | ".join(f"{a:.2f} | {o:.2f}" for a, o in zip(acc, opt))
+            + f" | {np.mean(acc):.2f} | {np.mean(opt):.2f} |"
+        )
+    return md
 
 
 def evaluate(
@@ -334,10 +379,14 @@ def write_tables(directory: str, entry: dict, label: str = "ours", prefix: str =
                     + " | ".join(f"{ours[s][m]:.2f}" if s in ours else "–" for s in sizes + ["sum"])
                     + " |"
                 )
+    if entry.get("ood"):
+        md += ood_markdown(entry["ood"])
     paths = {ext: os.path.join(directory, f"{prefix}.{ext}") for ext in ("md", "csv", "json")}
     io.write_atomic(paths["md"], f"# Results: {entry['point']}\n" + "\n".join(md) + "\n")
     io.write_atomic(paths["csv"], buf.getvalue())
-    io.write_atomic(paths["json"], json.dumps({"point": entry["point"], "tables": rows}, indent=1))
+    io.write_atomic(
+        paths["json"], json.dumps({"point": entry["point"], "tables": rows, "ood": entry.get("ood", {})}, indent=1)
+    )
     image = rate_heatmap(entry["cells"], title=f"{label}: {entry['point']}")
     png = _io.BytesIO()
     image.save(png, format="PNG")

@@ -51,6 +51,9 @@ SETS = {
 BENCHMARK = ("mapf_3_agents", "mapf_4_agents", "mapf_5_agents")
 
 
+OOD = ("ood_6_agents", "ood_dense")
+
+
 def path(name: str) -> str:
     return os.path.join(DATA_DIR, f"{name}.jsonl")
 

@@ -130,6 +130,21 @@ class Policy:
         self.max_size, self.max_agents, self.horizon = max_size, max_agents, horizon
         self.enable_thinking, self.style, self.buckets = enable_thinking, style, tuple(buckets)
 
+    def padded_to(self, max_agents: int) -> Policy:
+        """The same policy for boards of up to `max_agents` agents (e.g. the 6-agent OOD set)."""
+        if max_agents <= self.max_agents:
+            return self
+        return Policy(
+            self.sampler,
+            self.tokenizer,
+            self.max_size,
+            max_agents,
+            self.horizon,
+            self.enable_thinking,
+            self.style,
+            self.buckets,
+        )
+
     def encode(self, boards: Sequence[dict]) -> tuple[np.ndarray, np.ndarray]:
         """Boards -> left-padded prompt ids and mask [B, P]."""
         return encode_prompts(self.tokenizer, boards, self.enable_thinking, self.buckets, self.style)

@@ -31,6 +31,19 @@ class StepOutput(NamedTuple):
     metrics: dict  # the update's metrics, plus guided, informative_groups, no_signal, tokens_per_s
 
 
+def trajectory_point(drawn: Rollouts, metrics: dict) -> dict:
+    """One step in brief for the engineer's account (engineer/context.py TRAJECTORY): the
+    policy's own samples (reward, valid rate, completion tokens) and the update's entropy, KL and
+    clip fractions (None without an update)."""
+    return {
+        "reward": float(np.mean(drawn.rewards)),
+        "valid": float(np.mean(drawn.terms["valid"])),
+        "tokens": float(np.mean(drawn.lengths)),
+        **{k: metrics.get(k) for k in ("entropy", "kl", "clip_low", "clip_high")},
+        "no_signal": bool(metrics.get("no_signal", 0.0)),
+    }
+
+
 def sample_rounds(policy, config, params, boards: Sequence[dict], step: int, weights, global_step: int):
     """(rounds after guidance, rounds as drawn, [G] informative mask per round): rounds stop once
     `grpo.prompts` informative groups were found (one round without dynamic sampling)."""
