@@ -66,7 +66,7 @@ def main(argv):
         out, label = _OUT.value or _RUN.value, _LABEL.value or os.path.basename(os.path.abspath(_RUN.value))
     else:
         from t2t_jax import models
-        from t2t_jax.rl.rollout import Policy
+        from t2t_jax.rollout import Policy
         from t2t_jax.sampling import Sampler
         from t2t_jax.text.tokenizer import load_tokenizer, stop_ids
 

@@ -7,8 +7,8 @@
         -> benchmark evaluation ("stage_s") -> the engineer's proposal -> the next config
 
 Everything a resumed run needs is checkpointed (Orbax): the train state, the reference params,
-and a JSON record with the cursor (phase, stage, step), the config and reward-weight history,
-the accounts, the engineer records and the results. Randomness is a function of
+and the JSON record (`runrecord.RunRecord`) with the cursor (phase, stage, step), the config
+and reward-weight history, the accounts, the engineer records and the results. Randomness is a function of
 (seed, stage, step) only, so a run killed at any point and resumed ends with the same
 parameters as one that was never interrupted. SIGTERM (preemption) saves and exits cleanly
 (status 0) within one unit of work: a train step, an evaluation batch, a chunk of certified
@@ -34,7 +34,6 @@ import numpy as np
 from t2t_jax import models
 from t2t_jax import sharding as shd
 from t2t_jax.checkpoint import Checkpointer, CheckpointError
-from t2t_jax.config.upgrade import upgrade_meta
 from t2t_jax.engineer.context import build_account
 from t2t_jax.engineer.engineer import Engineer
 from t2t_jax.env import io
@@ -44,9 +43,10 @@ from t2t_jax.evaluation import benchmark
 from t2t_jax.logging import SummaryWriter
 from t2t_jax.rl import sft
 from t2t_jax.rl.rewards import TERMS
-from t2t_jax.rl.rollout import Policy
 from t2t_jax.rl.step import grpo_step, trajectory_point
 from t2t_jax.rl.trainer import Trainer
+from t2t_jax.rollout import Policy
+from t2t_jax.runrecord import RunRecord
 from t2t_jax.sampling import Sampler
 from t2t_jax.text.tokenizer import load_tokenizer, stop_ids
 
@@ -162,17 +162,17 @@ class StageRunner:
 
     # ---- bookkeeping -------------------------------------------------------------------------
     def _save(self, state, ref, meta):
-        meta["counter"] += 1
-        meta["has_ref"] = bool(jax.tree.leaves(ref))  # how to shape `ref` when restoring
-        self.ckpt.save(meta["counter"], {"state": state, "ref": ref}, meta)
+        meta.counter += 1
+        meta.has_ref = bool(jax.tree.leaves(ref))  # how to shape `ref` when restoring
+        self.ckpt.save(meta.counter, {"state": state, "ref": ref}, meta.to_json())
 
     def _restore(self, step, state):
         """(state, ref, meta) of checkpoint `step`; the reference params exist from the GRPO
         phase on when grpo.beta > 0 (a clear error when beta changed across a resume)."""
         beta = self.config.grpo.beta
-        saved = upgrade_meta(self.ckpt.meta(step), self.config)
-        has_ref = saved["has_ref"]
-        if saved["phase"] not in ("sft", "warm") and has_ref != bool(beta):
+        saved = RunRecord.from_json(self.ckpt.meta(step), self.config)
+        has_ref = saved.has_ref
+        if saved.phase not in ("sft", "warm") and has_ref != bool(beta):
             raise CheckpointError(
                 f"grpo.beta: {beta} on resume, but this run's GRPO phase began with "
                 f"{'beta > 0' if has_ref else 'beta = 0 (no reference model kept)'}; "
@@ -181,7 +181,7 @@ class StageRunner:
         restored, meta = self.ckpt.restore(
             step, {"state": state, "ref": self.trainer.initial_params if has_ref else {}}
         )
-        return restored["state"], restored["ref"], upgrade_meta(meta, self.config)
+        return restored["state"], restored["ref"], RunRecord.from_json(meta, self.config)
 
     def _maybe_preempted(self, state, ref, meta):
         if self._term:
@@ -202,7 +202,7 @@ class StageRunner:
         try:
             yield
         except _Stop:
-            entry["counter"] = meta["counter"]
+            entry.counter = meta.counter
             self._save(state, ref, entry)
             self._write_records(entry)  # results.json / proposals.jsonl as the checkpoint has them
             self.close()
@@ -210,8 +210,8 @@ class StageRunner:
 
     def _write_records(self, meta):
         if jax.process_index() == 0:
-            io.write_jsonl(os.path.join(self.workdir, "proposals.jsonl"), meta["records"])
-            io.write_atomic(os.path.join(self.workdir, "results.json"), json.dumps(meta["results"], indent=1))
+            io.write_jsonl(os.path.join(self.workdir, "proposals.jsonl"), meta.records)
+            io.write_atomic(os.path.join(self.workdir, "results.json"), json.dumps(meta.results, indent=1))
 
     def _boards(self, env_config: EnvConfig, key, num: int) -> list[dict]:
         gen = CertifiedGenerator(env_config, horizon=self.config.env.horizon, chunk=self.config.env.chunk)
@@ -262,7 +262,7 @@ class StageRunner:
         entry = benchmark.results_entry(point, self._evaluate(params, boards, f"eval {point}"))
         if c.eval.samples:
             entry["sampled"] = self._sampled(params, boards, c.eval.samples, f"eval {point} avg@{c.eval.samples}")
-        first = meta["results"][0] if meta["results"] else None
+        first = meta.results[0] if meta.results else None
         if paired and "board_valid" in first:  # (absent in runs begun before it existed)
             entry["vs_first"] = benchmark.paired_change(first, entry)
         values = {
@@ -291,7 +291,7 @@ class StageRunner:
                     **benchmark.paired_sampled_change(first["monitor"], entry["monitor"]),
                     "against": first["point"],
                 }
-        meta["results"].append(entry)
+        meta.results.append(entry)
         self.writer.scalars(step, values)
         self._write_records(meta)
         return entry
@@ -313,45 +313,32 @@ class StageRunner:
             )
         state = self.sft_trainer.init() if c.sft.steps else self.trainer.init()
         ref = {}
-        meta = {
-            "phase": "sft" if c.sft.steps else "warm",
-            "stage": 0,
-            "step": 0,
-            "counter": 0,
-            "history": [self.first.to_json()],
-            "weights": [c.rewards.to_dict()],
-            "records": [],
-            "results": [],
-            "accounts": [],
-            "trajectory": [],  # one point per GRPO step (rl/step.py trajectory_point), for the account
-        }
+        meta = RunRecord.start(self.first.to_json(), c.rewards.to_dict(), sft=bool(c.sft.steps))
         if latest is not None:
             state, ref, meta = self._restore(latest, state)
-            print(
-                f"resumed from checkpoint {latest}: phase {meta['phase']}, stage {meta['stage']}, step {meta['step']}"
-            )
+            print(f"resumed from checkpoint {latest}: phase {meta.phase}, stage {meta.stage}, step {meta.step}")
         first_boards = benchmark.benchmark_boards(c.eval.per_cell)
         mid_boards = benchmark.benchmark_boards(c.eval.mid_per_cell)
         with self._resumable(state, ref, meta):
             monitor = self.monitor_boards() if c.eval.monitor else []
-        if meta["phase"] == "sft":
+        if meta.phase == "sft":
             state = self._sft(state, meta)
-            meta.update(phase="warm", step=0)
-        if meta["phase"] == "warm":
+            meta.phase, meta.step = "warm", 0
+        if meta.phase == "warm":
             with self._resumable(state, ref, meta):
                 point = "warm_start" if c.sft.steps else "initial"
                 self._record_point(meta, point, state.params, first_boards, 0, monitor)
             state = self.trainer.init(state.params) if c.sft.steps else state
             ref = jax.tree.map(lambda x: x.copy(), state.params) if c.grpo.beta else {}
-            meta.update(phase="grpo", stage=0, step=0)
+            meta.phase, meta.stage, meta.step = "grpo", 0, 0
             self._save(state, ref, meta)
-        while meta["stage"] < c.stages:
+        while meta.stage < c.stages:
             state = self._stage(state, ref, meta, first_boards, mid_boards, monitor)
-        entry = meta["results"][-1]
+        entry = meta.results[-1]
         if jax.process_index() == 0:
             benchmark.write_tables(self.workdir, entry)
         self.close()
-        return meta["results"]
+        return meta.results
 
     def close(self) -> None:
         if self._writer is not None:
@@ -377,7 +364,7 @@ class StageRunner:
             self.writer.scalars(
                 step, {f"sft/{k}": v for k, v in metrics.items() if k in ("nll", "grad_norm", "learning_rate")}
             )
-            meta["step"] = step + 1
+            meta.step = step + 1
             if (step + 1) % c.checkpoint.every == 0 and step + 1 < c.sft.steps:
                 self._save(st, {}, meta)
             self._maybe_preempted(st, {}, meta)
@@ -391,7 +378,7 @@ class StageRunner:
             batch_size=c.sft.batch_size,
             answer_length=c.sft.answer_length,
             seed=c.seed,
-            start=meta["step"],
+            start=meta.step,
             callback=callback,
             progress=self.progress,
         )
@@ -399,9 +386,9 @@ class StageRunner:
     def _stage(self, state, ref, meta, first_boards, mid_boards, monitor):
         from tqdm import tqdm
 
-        c, s = self.config, meta["stage"]
-        env_config = EnvConfig.from_json(meta["history"][-1])
-        weights = meta["weights"][-1]
+        c, s = self.config, meta.stage
+        env_config = EnvConfig.from_json(meta.history[-1])
+        weights = meta.weights[-1]
         need = c.grpo.steps * c.grpo.prompts * (1 + c.grpo.dynamic_sampling_rounds)
         with self._resumable(state, ref, meta):
             pool = self._boards(env_config, self._key(100, s), need)
@@ -409,10 +396,10 @@ class StageRunner:
             pool = sft.canonical_plans(pool, env_config.max_size, env_config.max_agents)
         started = time.time()
         for step in tqdm(
-            range(meta["step"], c.grpo.steps),
+            range(meta.step, c.grpo.steps),
             desc=f"stage {s}",
             disable=not self.progress,
-            initial=meta["step"],
+            initial=meta.step,
             total=c.grpo.steps,
         ):
             global_step = s * c.grpo.steps + step
@@ -420,8 +407,8 @@ class StageRunner:
                 self.policy, self.trainer, c, state, ref, pool, step, weights, global_step
             )
             self._log_step(global_step, ro, drawn, metrics, env_config)
-            meta["trajectory"].append({"stage": s, "step": step, **trajectory_point(drawn, metrics)})
-            meta["step"] = step + 1
+            meta.trajectory.append({"stage": s, "step": step, **trajectory_point(drawn, metrics)})
+            meta.step = step + 1
             if (step + 1) % c.checkpoint.every == 0 and step + 1 < c.grpo.steps:
                 self._save(state, ref, meta)
             self._maybe_preempted(state, ref, meta)
@@ -431,9 +418,9 @@ class StageRunner:
         with self._resumable(state, ref, meta):
             heldout = self._boards(env_config, self._key(200, s), c.eval.heldout)
             ro = self._evaluate(state.params, heldout, f"held-out {s}")
-            previous = meta["accounts"][-1] if meta["accounts"] else None
+            previous = meta.accounts[-1] if meta.accounts else None
             history = [
-                {"stage": a["stage"], "config": a["config"], "valid": a["overall"]["valid"]} for a in meta["accounts"]
+                {"stage": a["stage"], "config": a["config"], "valid": a["overall"]["valid"]} for a in meta.accounts
             ]
             account = build_account(
                 s,
@@ -444,9 +431,9 @@ class StageRunner:
                 previous=previous,
                 history=history,
                 breakdown_cells=c.engineer.breakdown_cells,
-                trajectory=[t for t in meta["trajectory"] if t["stage"] == s],
+                trajectory=[t for t in meta.trajectory if t["stage"] == s],
             )
-            meta["accounts"].append(account)
+            meta.accounts.append(account)
             self._log_failures(global_step, ro)
             last = s == c.stages - 1
             boards = first_boards if last else mid_boards
@@ -455,9 +442,9 @@ class StageRunner:
             if not last:
                 self._check_stop()
                 record = self.engineer.propose(state.params, account, env_config, self.first, weights)
-                meta["records"].append(record)
-                meta["history"].append(record["config"])
-                meta["weights"].append(record["reward_weights"])
+                meta.records.append(record)
+                meta.history.append(record["config"])
+                meta.weights.append(record["reward_weights"])
                 self.writer.text(
                     global_step,
                     "engineer/proposal",
@@ -468,7 +455,7 @@ class StageRunner:
                 )
                 self._write_records(meta)
         self._summary(s, env_config, account, entry, record, time.time() - started)
-        meta.update(stage=s + 1, step=0)
+        meta.stage, meta.step = s + 1, 0
         self._save(state, ref, meta)
         if self._term:  # (a signal during the engineer's decode: that checkpoint is the last)
             self.close()

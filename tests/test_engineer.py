@@ -13,7 +13,7 @@ from t2t_jax.engineer.engineer import KINDS, Engineer
 from t2t_jax.env.config import EnvConfig, make_config
 from t2t_jax.models import qwen3
 from t2t_jax.rl.rewards import ACCURACY_FIRST
-from t2t_jax.rl.rollout import Policy
+from t2t_jax.rollout import Policy
 from t2t_jax.sampling import Sampler
 from t2t_jax.text.tokenizer import load_tokenizer, stop_ids
 

@@ -6,8 +6,8 @@ from typing import NamedTuple
 import numpy as np
 
 from t2t_jax.config.defaults import base
-from t2t_jax.rl.rollout import Rollouts
 from t2t_jax.rl.step import grpo_step
+from t2t_jax.rollout import Rollouts
 
 
 class State(NamedTuple):

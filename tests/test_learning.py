@@ -17,8 +17,8 @@ from t2t_jax.env.certified import CertifiedGenerator
 from t2t_jax.env.config import EnvConfig
 from t2t_jax.models import qwen3
 from t2t_jax.rl import grpo, sft
-from t2t_jax.rl.rollout import Policy
 from t2t_jax.rl.trainer import Trainer
+from t2t_jax.rollout import Policy
 from t2t_jax.sampling import Sampler
 from t2t_jax.text.tokenizer import load_tokenizer, stop_ids
 

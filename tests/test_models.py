@@ -94,3 +94,16 @@ def test_an_old_runs_config_reads_as_today_and_resumes_without_changes(tmp_path)
     c = configs.stage.get_config()
     assert upgrade.upgrade_meta({"phase": "grpo"}, c)["has_ref"] is bool(c.grpo.beta)
     assert upgrade.upgrade_meta({"phase": "sft", "has_ref": True}, c)["has_ref"] is True
+
+
+def test_the_run_record_round_trips_and_reads_old_checkpoints():
+    from t2t_jax.runrecord import RunRecord
+
+    c = configs.stage.get_config()
+    record = RunRecord.start({"buckets": []}, {"valid": 1.0}, sft=True)
+    assert (record.phase, record.stage, record.step, record.counter) == ("sft", 0, 0, 0)
+    assert RunRecord.from_json(record.to_json(), c) == record
+    old = {k: v for k, v in record.to_json().items() if k not in ("trajectory", "has_ref")}
+    old.update(phase="grpo")
+    back = RunRecord.from_json(json.loads(json.dumps(old)), c)
+    assert back.trajectory == [] and back.has_ref is bool(c.grpo.beta) and back.phase == "grpo"

@@ -6,7 +6,7 @@ from flax import nnx
 
 from t2t_jax.models import qwen3
 from t2t_jax.rl.rewards import ACCURACY_FIRST
-from t2t_jax.rl.rollout import Policy, guide
+from t2t_jax.rollout import Policy, guide
 from t2t_jax.sampling import Sampler
 from t2t_jax.text.tokenizer import IM_END, load_tokenizer, stop_ids
 

@@ -11,7 +11,7 @@ from t2t_jax.env.config import make_config
 from t2t_jax.env.validator import validate
 from t2t_jax.models import qwen3
 from t2t_jax.rl import sft
-from t2t_jax.rl.rollout import Policy
+from t2t_jax.rollout import Policy
 from t2t_jax.sampling import Sampler
 from t2t_jax.text.parsing import parse_completions
 from t2t_jax.text.tokenizer import IM_END, load_tokenizer, stop_ids

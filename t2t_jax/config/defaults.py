@@ -61,7 +61,7 @@ def base() -> mlc.ConfigDict:
         )
     )
     # guidance: "witness" / "canonical" puts the certified plan into each group without a valid
-    # sample (rl/rollout.py guide); "none" is plain GRPO. old_logprobs: "recompute" (the trainer's,
+    # sample (t2t_jax/rollout.py guide); "none" is plain GRPO. old_logprobs: "recompute" (the trainer's,
     # before the first of num_iterations updates) or "sampler" (the sampler's, the same full-softmax
     # log-probs). Dynamic sampling keeps groups whose `informative` terms differ: "accuracy"
     # (valid / optimal) or "reward" (the total, shaping terms included); groups that fill the

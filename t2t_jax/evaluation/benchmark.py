@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from t2t_jax.env import io
 from t2t_jax.evaluation import sets
-from t2t_jax.rl.rollout import concat
+from t2t_jax.rollout import concat
 
 PAPER_TABLE = os.path.join(os.path.dirname(__file__), "data", "paper_table.json")
 AGENT_SETS = {3: "mapf_3_agents", 4: "mapf_4_agents", 5: "mapf_5_agents"}

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from t2t_jax.rl import grpo
-from t2t_jax.rl.rollout import Rollouts, concat, guide
+from t2t_jax.rollout import Rollouts, concat, guide
 
 
 class StepOutput(NamedTuple):

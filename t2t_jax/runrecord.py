@@ -1,0 +1,48 @@
+"""`RunRecord`: the JSON record a stage-loop checkpoint carries beside the train state.
+
+    record = RunRecord.start(first_config_json, reward_weights, sft=True)
+    ckpt.save(step, state, record.to_json())
+    record = RunRecord.from_json(ckpt.meta(step), config)   # old checkpoints upgraded first
+
+It holds the cursor (phase, stage, step), the counter of checkpoints written, and everything a
+resumed run needs to continue exactly: the configs and reward weights so far, the engineer's
+records, the evaluation points (results.json), the failure accounts and the GRPO trajectory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from t2t_jax.config.upgrade import upgrade_meta
+
+PHASES = ("sft", "warm", "grpo")
+
+
+@dataclasses.dataclass
+class RunRecord:
+    phase: str  # one of PHASES: the SFT warm start, its evaluation, the GRPO stages
+    stage: int  # the GRPO stage under way (== config.stages when done)
+    step: int  # the next step of the phase (SFT or GRPO)
+    counter: int  # checkpoints written (the next one is counter + 1)
+    history: list  # the EnvConfig JSON of each stage, the first from env.initial
+    weights: list  # the reward weights of each stage
+    records: list  # the engineer's records (proposals.jsonl)
+    results: list  # the evaluation points (results.json)
+    accounts: list  # the failure account of each finished stage
+    trajectory: list  # one point per GRPO step (rl/step.py trajectory_point)
+    has_ref: bool = False  # whether the checkpoint holds reference params
+
+    @classmethod
+    def start(cls, first: dict, weights: dict, sft: bool) -> RunRecord:
+        """The record of a fresh run."""
+        return cls("sft" if sft else "warm", 0, 0, 0, [first], [weights], [], [], [], [])
+
+    @classmethod
+    def from_json(cls, data: dict, config) -> RunRecord:
+        """A checkpoint's record (keys older code did not write filled by config/upgrade.py)."""
+        data = upgrade_meta(data, config)
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
