@@ -44,20 +44,6 @@ def config_overrides(argv) -> list[str]:
     return [a for a in argv if a.startswith("--config.")]
 
 
-def finished(workdir: str) -> bool:
-    """A run is finished when its results.json ends with the last stage of its config (config.json
-    with its resumes' changes)."""
-    from t2t_jax import rundir
-
-    try:
-        stages = rundir.current_config(workdir)["stages"]
-        with open(os.path.join(workdir, "results.json")) as f:
-            points = [r["point"] for r in json.load(f)]
-    except (OSError, ValueError, KeyError, rundir.RunDirError):
-        return False
-    return len(points) == stages + 1 and (stages == 0 or points[-1] == f"stage_{stages - 1}")
-
-
 def run_config(argv: list[str]):
     """The config one run's command line gives (its --config and --config.key=value flags)."""
     from absl import flags as absl_flags
@@ -185,7 +171,7 @@ def main(argv):
     os.makedirs(root, exist_ok=True)
     for i, (arm, s, workdir, warm, cmd) in enumerate(plan):
         label = f"[{i + 1}/{len(plan)}] {arm} seed {s}"
-        if not finished(workdir):
+        if not study.finished(workdir):
             if warm is not None and not os.path.exists(workdir):  # a copy of the warm start, made whole first
                 tmp = workdir + ".copying"
                 shutil.rmtree(tmp, ignore_errors=True)

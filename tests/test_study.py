@@ -203,3 +203,11 @@ def test_merge_reports_over_studies_of_different_seeds(tmp_path):
         study.collect([str(tmp_path / "s0"), str(tmp_path / "s0_elsewhere")])
     with pytest.raises(ValueError, match="no ARM/seed_S/results.json"):
         study.collect([str(tmp_path / "m")])
+    # A run still going (its config.json asks for more stages than results.json holds) is left out.
+    going = tmp_path / "going"
+    warm, end = s0["grpo"][0]
+    three = [warm, {**end, "point": "stage_0"}, {**end, "point": "stage_1"}]
+    write_runs(going, {"grpo": {0: three}, "shuffle": {0: three}})
+    (going / "grpo" / "seed_0" / "config.json").write_text(json.dumps({"stages": 2}))
+    (going / "shuffle" / "seed_0" / "config.json").write_text(json.dumps({"stages": 3}))
+    assert list(study.collect([str(going)])) == ["grpo"]

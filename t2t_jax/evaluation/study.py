@@ -58,9 +58,24 @@ def parse_arms(spec: str) -> dict[str, tuple[str, ...]]:
     return arms
 
 
+def finished(workdir: str) -> bool:
+    """A run is finished when its results.json ends with the last stage of its config (config.json
+    with its resumes' changes)."""
+    from t2t_jax import rundir
+
+    try:
+        stages = rundir.current_config(workdir)["stages"]
+        with open(os.path.join(workdir, "results.json")) as f:
+            points = [r["point"] for r in json.load(f)]
+    except (OSError, ValueError, KeyError, rundir.RunDirError):
+        return False
+    return len(points) == stages + 1 and (stages == 0 or points[-1] == f"stage_{stages - 1}")
+
+
 def collect(directories: list[str]) -> dict:
-    """results[arm][seed] from the runs under study directories (each DIR/ARM/seed_S/results.json,
-    the layout launch.study writes), for a report over seeds run in different studies.
+    """results[arm][seed] from the finished runs under study directories (each
+    DIR/ARM/seed_S/results.json, the layout launch.study writes; a run whose config.json says it
+    has stages still to run is left out), for a report over seeds run in different studies.
 
     Raises ValueError when a (arm, seed) is found twice, or when the arms of one seed did not
     start from the same warm start (different first-point boards: the seed was run twice, on
@@ -77,6 +92,10 @@ def collect(directories: list[str]) -> dict:
                 path = os.path.join(directory, arm, name, "results.json")
                 if not (name.startswith("seed_") and name[5:].isdigit() and os.path.isfile(path)):
                     continue
+                if os.path.isfile(os.path.join(directory, arm, name, "config.json")) and not finished(
+                    os.path.dirname(path)
+                ):
+                    continue  # a run still going (or stopped part-way): its last point is not the end
                 seed = int(name[5:])
                 if seed in results.get(arm, {}):
                     raise ValueError(f"--merge: arm {arm!r} seed {seed} is in both {where[arm, seed]} and {path}")
