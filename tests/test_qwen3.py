@@ -160,6 +160,7 @@ def test_bf16_forward_is_close(tmp_path):
     assert np.abs(out[mask] - f32[mask]).max() < 0.1
 
 
+@pytest.mark.slow  # (~70 s of compiles; CI runs the slow set)
 def test_remat_chunked_attention_and_unrolled_layers_give_the_same_gradients():
     config = qwen3.Qwen3Config(
         vocab_size=50,

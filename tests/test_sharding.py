@@ -9,6 +9,7 @@ import pytest
 from t2t_jax.sharding import make_mesh
 
 
+@pytest.mark.slow  # (~100 s: 8 fake devices in a subprocess; CI runs the slow set)
 def test_sharded_logits_and_samples_equal_single_device(tmp_path):
     script = os.path.join(os.path.dirname(__file__), "sharded_check.py")
     out = subprocess.run([sys.executable, script, str(tmp_path / "ckpt")], capture_output=True, text=True, timeout=600)
