@@ -50,10 +50,10 @@ def main(argv):
     if _SAMPLES.value and not 0 < _TOP_P.value <= 1:
         raise app.UsageError(f"--top_p {_TOP_P.value} must be in (0, 1]")
     logging.set_verbosity(logging.WARNING)
-    from t2t_jax.evaluation import benchmark
+    from t2t_jax.evaluation import benchmark, sets
 
     try:
-        ood_sets = benchmark.parse_ood(_OOD.value)
+        ood_sets = sets.parse_ood(_OOD.value)
     except ValueError as e:
         raise app.UsageError(f"--{e}") from None
 

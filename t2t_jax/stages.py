@@ -8,9 +8,9 @@
 
 Everything a resumed run needs is checkpointed (Orbax): the train state, the reference params,
 and the JSON record (`runrecord.RunRecord`) with the cursor (phase, stage, step), the config
-and reward-weight history, the accounts, the engineer records and the results. Randomness is a function of
-(seed, stage, step) only, so a run killed at any point and resumed ends with the same
-parameters as one that was never interrupted. SIGTERM (preemption) saves and exits cleanly
+and reward-weight history, the accounts, the engineer records and the results. Randomness is a
+function of (seed, stage, step) only, so a run killed at any point and resumed ends with the
+same parameters as one that was never interrupted. SIGTERM (preemption) saves and exits cleanly
 (status 0) within one unit of work: a train step, an evaluation batch, a chunk of certified
 boards, or the engineer's decode; work interrupted between checkpoints (a stage's end:
 held-out evaluation, benchmark point, proposal) is redone on resume from its start.
@@ -39,7 +39,7 @@ from t2t_jax.engineer.engineer import Engineer
 from t2t_jax.env import io
 from t2t_jax.env.certified import CertifiedGenerator
 from t2t_jax.env.config import EnvConfig
-from t2t_jax.evaluation import benchmark
+from t2t_jax.evaluation import benchmark, sets
 from t2t_jax.logging import SummaryWriter
 from t2t_jax.rl import sft
 from t2t_jax.rl.rewards import TERMS
@@ -223,6 +223,17 @@ class StageRunner:
             key = jax.random.fold_in(key, p)
         return key
 
+    def _eval_kw(self) -> dict:
+        """`benchmark.evaluate`'s settings every evaluation of the run shares."""
+        c = self.config
+        return dict(
+            max_new_tokens=c.rollout.max_new_tokens,
+            batch_size=c.eval.batch_size,
+            reward_weights=c.rewards.to_dict(),
+            progress=self.progress,
+            check=self._check_stop,
+        )
+
     def _evaluate(self, params, boards, desc, samples: int = 0):
         """Greedy rollouts of `boards`, or `samples` per board at the rollout temperature / top_p
         (seeded by the run's seed alone: every point draws the same random numbers)."""
@@ -231,16 +242,12 @@ class StageRunner:
             self.policy,
             params,
             boards,
-            max_new_tokens=c.rollout.max_new_tokens,
-            batch_size=c.eval.batch_size,
-            reward_weights=c.rewards.to_dict(),
-            progress=self.progress,
             desc=desc,
             samples=samples,
             temperature=c.rollout.temperature,
             top_p=c.rollout.top_p,
             seed=c.seed,
-            check=self._check_stop,
+            **self._eval_kw(),
         )
 
     def _sampled(self, params, boards, k, desc):
@@ -272,15 +279,7 @@ class StageRunner:
         }
         if paired and c.eval.ood:  # the last point: the out-of-distribution sets too
             entry["ood"] = benchmark.evaluate_ood(
-                self.policy,
-                params,
-                benchmark.parse_ood(c.eval.ood),
-                c.eval.ood_per_cell,
-                max_new_tokens=c.rollout.max_new_tokens,
-                batch_size=c.eval.batch_size,
-                reward_weights=c.rewards.to_dict(),
-                progress=self.progress,
-                check=self._check_stop,
+                self.policy, params, sets.parse_ood(c.eval.ood), c.eval.ood_per_cell, **self._eval_kw()
             )
             values.update({f"ood/{n}/{k}": e[k] for n, e in entry["ood"].items() for k in ("valid", "optimal")})
         if monitor:

@@ -93,18 +93,23 @@ def _env_json(v) -> bool:
 ENV_JSON = Spec("an EnvConfig JSON string (t2t_jax/env/config.py)", _env_json)
 
 
-def _ood(v) -> bool:
-    from t2t_jax.evaluation.sets import OOD
+def parse_names(spec, legal, field: str) -> tuple[str, ...]:
+    """ "a, b" -> ("a", "b"): comma-separated names, each one of `legal`, none twice ("" -> ()).
+    ValueError names `field` and the first bad name."""
+    if not isinstance(spec, str):
+        raise ValueError(f"{field}: {spec!r} is not a string")
+    names = tuple(x.strip() for x in spec.split(",") if x.strip())
+    bad = [n for n in names if n not in legal]
+    if bad:
+        raise ValueError(f"{field}: {bad[0]!r} is not one of {tuple(legal)}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"{field}: a name appears twice in {spec!r}")
+    return names
 
-    names = [x.strip() for x in v.split(",") if x.strip()] if isinstance(v, str) else None
-    return names is not None and all(n in OOD for n in names) and len(set(names)) == len(names)
 
-
-def _sections(v) -> bool:
-    from t2t_jax.engineer.context import SECTIONS
-
-    names = [x.strip() for x in v.split(",")] if isinstance(v, str) else None
-    return names is not None and all(n in SECTIONS for n in names if n) and len(set(names)) == len(names)
+def names(legal) -> Spec:
+    """A comma-separated list of names from `legal` ("" for none), as `parse_names` reads it."""
+    return Spec(f"comma-separated names from {list(legal)}, or ''", lambda v: parse_names(v, legal, "") is not None)
 
 
 def _agent_range(v) -> bool:
@@ -130,6 +135,7 @@ def _fields() -> dict[str, Spec]:
     from t2t_jax.engineer.context import SECTIONS
     from t2t_jax.engineer.engineer import EVIDENCE, KINDS
     from t2t_jax.engineer.propose import EDIT_MODES
+    from t2t_jax.evaluation.sets import OOD
     from t2t_jax.models.qwen3.model import REMAT_POLICIES
     from t2t_jax.models.qwen3.presets import PRESETS
     from t2t_jax.rl import grpo, sft
@@ -210,7 +216,7 @@ def _fields() -> dict[str, Spec]:
         "engineer.max_edits": integer(1),
         "engineer.efficiency_threshold": real(0.0, 1.0),
         "engineer.reward_guard": BOOL,
-        "engineer.sections": Spec(f"comma-separated names from {list(SECTIONS)}", _sections),
+        "engineer.sections": names(SECTIONS),
         "engineer.breakdown_cells": integer(0),
         "eval.per_cell": integer(1, 150, optional=True),
         "eval.mid_per_cell": integer(1, 150, optional=True),
@@ -219,7 +225,7 @@ def _fields() -> dict[str, Spec]:
         "eval.samples": integer(0),
         "eval.monitor": integer(0),
         "eval.monitor_samples": integer(1),
-        "eval.ood": Spec("comma-separated names from ['ood_6_agents', 'ood_dense'], or ''", _ood),
+        "eval.ood": names(OOD),
         "eval.ood_per_cell": integer(1, 50, optional=True),
         "checkpoint.every": integer(1),
         "checkpoint.keep": integer(1),

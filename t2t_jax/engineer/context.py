@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from t2t_jax.config import schema
 from t2t_jax.env import io
 from t2t_jax.env.config import MAX_HOLE_DENSITY, MIN_SIZE, EnvConfig
 from t2t_jax.env.types import ParseStatus
@@ -45,11 +46,7 @@ TRAJECTORY = ("reward", "valid", "tokens", "entropy", "kl", "clip_low", "clip_hi
 
 def parse_sections(spec: str) -> tuple[str, ...]:
     """ "statistics,cases" -> the named sections; ValueError names an unknown one."""
-    names = tuple(x.strip() for x in spec.split(",") if x.strip())
-    bad = [n for n in names if n not in SECTIONS]
-    if bad:
-        raise ValueError(f"engineer.sections: {bad[0]!r} is not one of {SECTIONS}")
-    return names
+    return schema.parse_names(spec, SECTIONS, "engineer.sections")
 
 
 def wilson(successes: int, n: int, z: float = 1.96) -> list[float]:
@@ -152,8 +149,8 @@ def training_details(trajectory: Sequence[dict]) -> dict:
     if not trajectory:
         return {}
     q = max(1, len(trajectory) // 4)
-    out = {"updates": sum(1 for t in trajectory if not t.get("no_signal")), "no_signal": 0}
-    out["no_signal"] = len(trajectory) - out["updates"]
+    skipped = sum(1 for t in trajectory if t.get("no_signal"))
+    out = {"updates": len(trajectory) - skipped, "no_signal": skipped}
     for key in TRAJECTORY:
         values = [t[key] for t in trajectory if t.get(key) is not None]
         if values:

@@ -8,6 +8,7 @@ stays put may have an empty line, `Agent 1:`); reading plan text is t2t_jax.text
 
 from __future__ import annotations
 
+import io as _io
 import json
 import os
 import tempfile
@@ -243,6 +244,13 @@ def write_atomic(path: str, data: str | bytes | Iterable[str]) -> None:
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+def write_png(path: str, image) -> None:
+    """A PIL image as a PNG file, written atomically (`write_atomic`)."""
+    buf = _io.BytesIO()
+    image.save(buf, format="PNG")
+    write_atomic(path, buf.getvalue())
 
 
 def write_jsonl(path: str, items: Iterable[dict], sort_keys: bool = False) -> None:

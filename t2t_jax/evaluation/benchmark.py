@@ -58,15 +58,6 @@ def benchmark_boards(per_cell: int | None = None) -> list[dict]:
     return set_boards(sets.BENCHMARK, per_cell)
 
 
-def parse_ood(spec: str) -> tuple[str, ...]:
-    """ "ood_6_agents,ood_dense" -> the names (each one of sets.OOD); "" -> none."""
-    names = tuple(x.strip() for x in spec.split(",") if x.strip())
-    bad = [n for n in names if n not in sets.OOD]
-    if bad:
-        raise ValueError(f"ood: {bad[0]!r} is not one of {list(sets.OOD)}")
-    return names
-
-
 def evaluate_ood(policy, params, names, per_cell: int | None = None, **kw) -> dict:
     """{set name: results_entry} of out-of-distribution sets, greedy, each under the policy
     padded to the set's agent count (`evaluate`'s keyword arguments in `kw`)."""
@@ -387,9 +378,6 @@ def write_tables(directory: str, entry: dict, label: str = "ours", prefix: str =
     io.write_atomic(
         paths["json"], json.dumps({"point": entry["point"], "tables": rows, "ood": entry.get("ood", {})}, indent=1)
     )
-    image = rate_heatmap(entry["cells"], title=f"{label}: {entry['point']}")
-    png = _io.BytesIO()
-    image.save(png, format="PNG")
     paths["png"] = os.path.join(directory, "heatmap.png")
-    io.write_atomic(paths["png"], png.getvalue())
+    io.write_png(paths["png"], rate_heatmap(entry["cells"], title=f"{label}: {entry['point']}"))
     return paths

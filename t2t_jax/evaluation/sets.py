@@ -54,6 +54,13 @@ BENCHMARK = ("mapf_3_agents", "mapf_4_agents", "mapf_5_agents")
 OOD = ("ood_6_agents", "ood_dense")
 
 
+def parse_ood(spec: str) -> tuple[str, ...]:
+    """ "ood_6_agents,ood_dense" -> the names (each one of OOD); "" -> none."""
+    from t2t_jax.config.schema import parse_names
+
+    return parse_names(spec, OOD, "ood")
+
+
 def path(name: str) -> str:
     return os.path.join(DATA_DIR, f"{name}.jsonl")
 

@@ -89,12 +89,11 @@ def collect(directories: list[str]) -> dict:
             if arm == "warm_start" or not os.path.isdir(os.path.join(directory, arm)):
                 continue
             for name in sorted(os.listdir(os.path.join(directory, arm))):
-                path = os.path.join(directory, arm, name, "results.json")
+                run = os.path.join(directory, arm, name)
+                path = os.path.join(run, "results.json")
                 if not (name.startswith("seed_") and name[5:].isdigit() and os.path.isfile(path)):
                     continue
-                if os.path.isfile(os.path.join(directory, arm, name, "config.json")) and not finished(
-                    os.path.dirname(path)
-                ):
+                if os.path.isfile(os.path.join(run, "config.json")) and not finished(run):
                     continue  # a run still going (or stopped part-way): its last point is not the end
                 seed = int(name[5:])
                 if seed in results.get(arm, {}):
@@ -356,9 +355,7 @@ def write_study(directory: str, summary: dict, command: str = "") -> dict:
     io.write_atomic(paths["json"], json.dumps({"command": command, **summary}, indent=1))
     io.write_atomic(paths["csv"], buf.getvalue())
     io.write_atomic(paths["md"], study_markdown(summary, command))
-    png = _io.BytesIO()
     title = f"Paired differences, pooled over seeds {summary['seeds']} (dark: p < 0.01)"
-    forest_plot(forest_panels(summary), title=title).save(png, format="PNG")
     paths["png"] = os.path.join(directory, "study.png")
-    io.write_atomic(paths["png"], png.getvalue())
+    io.write_png(paths["png"], forest_plot(forest_panels(summary), title=title))
     return paths
