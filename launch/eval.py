@@ -1,14 +1,21 @@
 """The paper's results table for a model: `python -m launch.eval --run=WORKDIR` (the latest
-checkpoint of a `launch.main` run) or `--hf=DIR` (a local Hugging Face Qwen3 checkpoint).
+checkpoint of a `launch.main` run), `--hf=DIR` (a local Hugging Face Qwen3 checkpoint) or
+`--api_base=URL --model=NAME` (any OpenAI-compatible chat endpoint: vLLM, SGLang, a hosted API,
+`launch.serve`; the same prompts, parser, validator and tables, with token usage).
 
 Writes, in --out (default: the run's workdir, or ./eval_<name>): results_table.{md,csv,json}
 (3/4/5 agents, acc./opt. per map size, Sum = mean over sizes, the paper's reported rows beside
 ours, mean completion tokens per cell; then the out-of-distribution sets of --ood, at most
---per_cell of their 50 boards per cell) and heatmap.png.
+--per_cell of their 50 boards per cell; the JSON also holds `board_valid`, one 0/1 per board)
+and heatmap.png. Through an API, replies are cached under --out/api_cache, so an interrupted
+evaluation reruns without repeating a finished request; failed requests (after --retries)
+score as unparsable answers and are counted in the tables' usage line.
 
     python -m launch.eval --run=runs/default --per_cell=30
     python -m launch.eval --run=runs/default --per_cell=30 --samples=8 --temperature=0.7   # + avg@8, pass@8
     python -m launch.eval --hf=/ckpt/Qwen3-4B --enable_thinking --max_new_tokens=8192 --out=eval_base
+    python -m launch.eval --api_base=http://127.0.0.1:8000/v1 --model=Qwen/Qwen3-4B --enable_thinking \
+        --max_new_tokens=8192 --concurrency=32 --api_key_env=OPENAI_API_KEY
 """
 
 if __name__ == "__main__":  # restart with the malloc tunable before jax loads: t2t_jax/hostenv.py
@@ -23,12 +30,20 @@ from absl import app, flags, logging
 
 _RUN = flags.DEFINE_string("run", "", "A launch.main workdir (its config.json and latest checkpoint).")
 _HF = flags.DEFINE_string("hf", "", "A local Hugging Face Qwen3 checkpoint directory.")
+_API_BASE = flags.DEFINE_string("api_base", "", "An OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1.")
+_MODEL = flags.DEFINE_string("model", "", "The model name at --api_base.")
+_API_KEY_ENV = flags.DEFINE_string("api_key_env", "", "The environment variable holding the API key (for --api_base).")
+_CONCURRENCY = flags.DEFINE_integer("concurrency", 8, "Requests in flight (for --api_base).", lower_bound=1)
+_TIMEOUT = flags.DEFINE_float("timeout", 600.0, "Seconds per request (for --api_base).", lower_bound=0.001)
+_RETRIES = flags.DEFINE_integer(
+    "retries", 4, "Retries of a failed request, with backoff (for --api_base).", lower_bound=0
+)
 _OUT = flags.DEFINE_string("out", "", "Output directory (default: the run's workdir, or ./eval_<name>).")
 _PER_CELL = flags.DEFINE_integer("per_cell", None, "Boards per (agents, size) cell (default: all 150).")
 _MAX_NEW = flags.DEFINE_integer("max_new_tokens", None, "Token budget (default: the run's, or 4096).")
 _BATCH = flags.DEFINE_integer("batch_size", 64, "Boards per decode batch.")
-_THINKING = flags.DEFINE_bool("enable_thinking", False, "Thinking mode (for --hf).")
-_STYLE = flags.DEFINE_string("prompt_style", "full", "Prompt style for --hf (full or compact).")
+_THINKING = flags.DEFINE_bool("enable_thinking", False, "Thinking mode (for --hf and --api_base).")
+_STYLE = flags.DEFINE_string("prompt_style", "full", "Prompt style for --hf and --api_base (full, compact, offsets).")
 _LABEL = flags.DEFINE_string("label", "", "The row name of this model in the tables.")
 _SAMPLES = flags.DEFINE_integer(
     "samples", 0, "k > 0: also k sampled completions per board (avg@k, pass@k).", lower_bound=0
@@ -43,41 +58,52 @@ _OOD = flags.DEFINE_string(
 
 def main(argv):
     del argv
-    if bool(_RUN.value) == bool(_HF.value):
-        raise app.UsageError("give exactly one of --run and --hf")
+    if sum(map(bool, (_RUN.value, _HF.value, _API_BASE.value))) != 1:
+        raise app.UsageError("give exactly one of --run, --hf and --api_base")
+    if _API_BASE.value and not _MODEL.value:
+        raise app.UsageError("--model: the model name at --api_base is required")
+    if _API_BASE.value and not _API_BASE.value.startswith(("http://", "https://")):
+        raise app.UsageError(f"--api_base: {_API_BASE.value!r} is not an http:// or https:// URL")
+    if _API_KEY_ENV.value and _API_KEY_ENV.value not in os.environ:
+        raise app.UsageError(f"--api_key_env: the environment variable {_API_KEY_ENV.value} is not set")
     if _SAMPLES.value and not _TEMPERATURE.value > 0:
         raise app.UsageError(f"--temperature {_TEMPERATURE.value} must be > 0 with --samples")
     if _SAMPLES.value and not 0 < _TOP_P.value <= 1:
         raise app.UsageError(f"--top_p {_TOP_P.value} must be in (0, 1]")
     logging.set_verbosity(logging.WARNING)
     from t2t_jax.evaluation import benchmark, sets
+    from t2t_jax.text.prompts import PROMPT_STYLES
 
+    if _STYLE.value not in PROMPT_STYLES:
+        raise app.UsageError(f"--prompt_style: {_STYLE.value!r} is not one of {PROMPT_STYLES}")
     try:
         ood_sets = sets.parse_ood(_OOD.value)
     except ValueError as e:
         raise app.UsageError(f"--{e}") from None
 
-    if _RUN.value:
-        from t2t_jax.stages import StageRunner
+    if _API_BASE.value:
+        from t2t_jax.serving.api_policy import ApiPolicy
+        from t2t_jax.serving.client import ChatClient
 
-        runner = StageRunner.from_workdir(_RUN.value)
-        policy, params = runner.policy, runner.latest_params()
-        budget = _MAX_NEW.value or runner.config.rollout.max_new_tokens
-        out, label = _OUT.value or _RUN.value, _LABEL.value or os.path.basename(os.path.abspath(_RUN.value))
-    else:
-        from t2t_jax import models
-        from t2t_jax.rollout import Policy
-        from t2t_jax.sampling import Sampler
-        from t2t_jax.text.tokenizer import load_tokenizer, stop_ids
-
-        tok = load_tokenizer(_HF.value)
-        model = models.from_pretrained(_HF.value)
-        policy = Policy(
-            Sampler(model, stop_ids(tok), tok.pad_token_id), tok, enable_thinking=_THINKING.value, style=_STYLE.value
+        out = _OUT.value or f"eval_{_MODEL.value.replace('/', '_')}"
+        client = ChatClient(
+            _API_BASE.value,
+            _MODEL.value,
+            api_key=os.environ[_API_KEY_ENV.value] if _API_KEY_ENV.value else None,
+            timeout=_TIMEOUT.value,
+            retries=_RETRIES.value,
+            concurrency=_CONCURRENCY.value,
+            cache_dir=os.path.join(out, "api_cache"),
         )
-        params, budget = None, _MAX_NEW.value or 4096
-        name = os.path.basename(os.path.abspath(_HF.value))
-        out, label = _OUT.value or f"eval_{name}", _LABEL.value or name
+        policy = ApiPolicy(client, enable_thinking=_THINKING.value, style=_STYLE.value)
+        params, budget, label = None, _MAX_NEW.value or 4096, _LABEL.value or _MODEL.value
+    else:
+        from t2t_jax.serving.local import load_local
+
+        local = load_local(_RUN.value, _HF.value, _THINKING.value, _STYLE.value)
+        policy, params, name = local.policy, local.params, local.name
+        budget = _MAX_NEW.value or local.max_new_tokens
+        out, label = _OUT.value or (_RUN.value or f"eval_{name}"), _LABEL.value or name
     boards = benchmark.benchmark_boards(_PER_CELL.value)
     kw = dict(max_new_tokens=budget, batch_size=_BATCH.value, reward_weights={"valid": 1.0}, progress=True)
     rollouts = benchmark.evaluate(policy, params, boards, **kw)
@@ -100,6 +126,8 @@ def main(argv):
     if ood_sets:
         per_cell = min(_PER_CELL.value, 50) if _PER_CELL.value else None
         entry["ood"] = benchmark.evaluate_ood(policy, params, ood_sets, per_cell, **kw)
+    if _API_BASE.value:
+        entry["usage"] = dict(policy.usage)
     paths = benchmark.write_tables(out, entry, label=label)
     summary = {
         "valid": entry["valid"],
@@ -107,6 +135,8 @@ def main(argv):
         "boards": entry["boards"],
         "mean_tokens": entry["mean_tokens"],
     }
+    if "usage" in entry:
+        summary["usage"] = entry["usage"]
     if entry.get("ood"):
         summary["ood"] = {n: {"valid": e["valid"], "optimal": e["optimal"]} for n, e in entry["ood"].items()}
     if sampled is not None:

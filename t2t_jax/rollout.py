@@ -11,6 +11,7 @@ parsing); validation and rewards are jitted over the padded batch.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Mapping, Sequence
 
@@ -134,16 +135,9 @@ class Policy:
         """The same policy for boards of up to `max_agents` agents (e.g. the 6-agent OOD set)."""
         if max_agents <= self.max_agents:
             return self
-        return Policy(
-            self.sampler,
-            self.tokenizer,
-            self.max_size,
-            max_agents,
-            self.horizon,
-            self.enable_thinking,
-            self.style,
-            self.buckets,
-        )
+        wide = copy.copy(self)
+        wide.max_agents = max_agents
+        return wide
 
     def encode(self, boards: Sequence[dict]) -> tuple[np.ndarray, np.ndarray]:
         """Boards -> left-padded prompt ids and mask [B, P]."""

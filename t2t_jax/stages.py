@@ -30,6 +30,7 @@ import time
 
 import jax
 import numpy as np
+from absl import logging
 
 from t2t_jax import models
 from t2t_jax import sharding as shd
@@ -131,7 +132,7 @@ class StageRunner:
         )
         self.sft_trainer = Trainer(self.model, c, loss="sft", mesh=self.mesh, optim=sft_optim)
         self.trainer = Trainer(self.model, c, loss="grpo", mesh=self.mesh)
-        self.engineer = Engineer(c.engineer, self.policy, base_params=self.trainer.initial_params, seed=c.seed)
+        self.engineer = Engineer(c.engineer, self.policy, seed=c.seed)
         self.ckpt = Checkpointer(os.path.join(self.workdir, "checkpoints"), keep=c.checkpoint.keep)
         self._writer = None
         self._term = False
@@ -166,17 +167,34 @@ class StageRunner:
         meta.has_ref = bool(jax.tree.leaves(ref))  # how to shape `ref` when restoring
         self.ckpt.save(meta.counter, {"state": state, "ref": ref}, meta.to_json())
 
+    @property
+    def keeps_ref(self) -> bool:
+        """The GRPO phase's starting params are kept (in checkpoints as `ref`): the KL reference
+        when grpo.beta > 0, the `base` engineer's model."""
+        return bool(self.config.grpo.beta) or self.config.engineer.kind == "base"
+
+    def _base_params(self, ref, meta):
+        """The `base` engineer's params: those the GRPO phase started from (after the warm start)."""
+        if self.config.engineer.kind != "base":
+            return None
+        if jax.tree.leaves(ref):
+            return ref
+        logging.warning(
+            "engineer.kind=base: this run's GRPO phase began without keeping its starting params "
+            "(grpo.beta = 0 and another engineer kind); the base engineer decodes with the initial params"
+        )
+        return self.trainer.initial_params
+
     def _restore(self, step, state):
         """(state, ref, meta) of checkpoint `step`; the reference params exist from the GRPO
         phase on when grpo.beta > 0 (a clear error when beta changed across a resume)."""
         beta = self.config.grpo.beta
         saved = RunRecord.from_json(self.ckpt.meta(step), self.config)
         has_ref = saved.has_ref
-        if saved.phase not in ("sft", "warm") and has_ref != bool(beta):
+        if saved.phase not in ("sft", "warm") and beta and not has_ref:
             raise CheckpointError(
-                f"grpo.beta: {beta} on resume, but this run's GRPO phase began with "
-                f"{'beta > 0' if has_ref else 'beta = 0 (no reference model kept)'}; "
-                "resume with the run's own grpo.beta (config.json)"
+                f"grpo.beta: {beta} on resume, but this run's GRPO phase began with beta = 0 (no "
+                "reference model kept); resume with the run's own grpo.beta (config.json)"
             )
         restored, meta = self.ckpt.restore(
             step, {"state": state, "ref": self.trainer.initial_params if has_ref else {}}
@@ -328,9 +346,10 @@ class StageRunner:
                 point = "warm_start" if c.sft.steps else "initial"
                 self._record_point(meta, point, state.params, first_boards, 0, monitor)
             state = self.trainer.init(state.params) if c.sft.steps else state
-            ref = jax.tree.map(lambda x: x.copy(), state.params) if c.grpo.beta else {}
+            ref = jax.tree.map(lambda x: x.copy(), state.params) if self.keeps_ref else {}
             meta.phase, meta.stage, meta.step = "grpo", 0, 0
             self._save(state, ref, meta)
+        self.engineer.base_params = self._base_params(ref, meta)
         while meta.stage < c.stages:
             state = self._stage(state, ref, meta, first_boards, mid_boards, monitor)
         entry = meta.results[-1]

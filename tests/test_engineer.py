@@ -150,7 +150,7 @@ def test_account_and_every_engineer_kind(rollouts):
         sections="statistics,breakdown,training,cases,history",
         efficiency_threshold=0.6,
     )
-    for kind in KINDS:
+    for kind in [k for k in KINDS if k != "api"]:  # api: tests/test_serving.py, against a server
         for extra in (
             {},
             {"evidence": "summary", "constrained": False, "edit_mode": "rewrite", "max_tokens": 24, "failure_cases": 0},

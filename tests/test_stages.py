@@ -184,7 +184,7 @@ def test_kl_run_resumes_from_an_sft_checkpoint_and_a_changed_beta_is_named(tmp_p
         timeout=600,
     )
     assert out.returncode == 2 and "changes the run's maths: grpo.beta: 0.04 -> 0.0" in out.stderr, out.stderr[-3000:]
-    # Allowed explicitly, the checkpoint itself still refuses: it holds no reference model for beta = 0.
+    # Allowed explicitly, the checkpoint restores with its reference model (kept, unused at beta 0).
     out = subprocess.run(
         [
             sys.executable,
@@ -195,7 +195,7 @@ def test_kl_run_resumes_from_an_sft_checkpoint_and_a_changed_beta_is_named(tmp_p
             "--noprogress",
             f"--config.compilation_cache={CACHE}",
             "--resume",
-            "--config.stages=2",
+            "--config.stages=1",
             "--allow_changes=grpo.beta",
         ],
         cwd=ROOT,
@@ -204,7 +204,31 @@ def test_kl_run_resumes_from_an_sft_checkpoint_and_a_changed_beta_is_named(tmp_p
         text=True,
         timeout=600,
     )
-    assert out.returncode != 0 and "grpo.beta: 0.0 on resume" in out.stderr, out.stderr[-3000:]
+    assert out.returncode == 0 and "resumed from checkpoint" in out.stdout, out.stderr[-3000:]
+    # The other way round the checkpoint refuses: a run begun at beta = 0 kept no reference model.
+    plain = tmp_path.parent / (tmp_path.name + "_plain")
+    launch(plain, "--config.stages=0")
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "launch.main",
+            "--config=configs/stage.py:smoke",
+            f"--workdir={plain}",
+            "--noprogress",
+            f"--config.compilation_cache={CACHE}",
+            "--resume",
+            "--config.stages=1",
+            "--config.grpo.beta=0.04",
+            "--allow_changes=grpo.beta",
+        ],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode != 0 and "grpo.beta: 0.04 on resume" in out.stderr, out.stderr[-3000:]
 
 
 def _kill_after_checkpoint(workdir, sig, checkpoint):
@@ -276,6 +300,120 @@ def test_eval_cli_on_the_run(run, tmp_path):
         timeout=600,
     )
     assert bad.returncode != 0 and "--top_p 1.5 must be" in bad.stderr
+
+
+@pytest.fixture(scope="module")
+def served(run):
+    """`launch.serve` on the smoke run's latest checkpoint, as a process: its /v1 URL."""
+    import urllib.request
+
+    workdir, _ = run
+    port = free_port()
+    log = open(workdir.parent / "serve.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "launch.serve", f"--run={workdir}", f"--port={port}", "--name=smoke"],
+        cwd=ROOT,
+        env=ENV,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.time() + 300
+        while True:
+            assert proc.poll() is None and time.time() < deadline, open(log.name).read()[-3000:]
+            try:
+                models = json.load(urllib.request.urlopen(url + "/models", timeout=5))
+                break
+            except OSError:
+                time.sleep(0.5)
+        assert [m["id"] for m in models["data"]] == ["smoke"]
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_eval_through_the_served_run_gives_the_in_process_verdicts(run, served, tmp_path):
+    """launch.serve + launch.eval --api_base: the same per-board verdicts as the run's own
+    greedy evaluation of its last checkpoint (benchmark and an OOD set), with token usage."""
+    workdir, _ = run
+    config = json.load(open(workdir / "config.json"))
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "launch.eval",
+            f"--api_base={served}",
+            "--model=smoke",
+            "--per_cell=1",
+            f"--prompt_style={config['rollout']['prompt_style']}",
+            f"--max_new_tokens={config['rollout']['max_new_tokens']}",
+            "--ood=ood_dense",
+            f"--out={tmp_path}",
+            "--concurrency=4",
+        ],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    final = json.load(open(workdir / "results.json"))[-1]
+    table = json.load(open(tmp_path / "results_table.json"))
+    assert table["board_valid"] == final["board_valid"]
+    assert summary["ood"]["ood_dense"]["valid"] == final["ood"]["ood_dense"]["valid"]
+    usage = summary["usage"]
+    assert usage["requests"] >= 21 and usage["errors"] == 0 and usage["completion_tokens"] > 0
+    assert "API usage:" in open(tmp_path / "results_table.md").read()
+    assert len(list((tmp_path / "api_cache").iterdir())) == usage["requests"]
+
+
+@pytest.mark.slow
+def test_the_stage_loop_with_a_served_engineer(served, tmp_path):
+    """engineer.kind=api against launch.serve: the proposal is decoded under the schema by the
+    served model, recorded and checked like the in-process engineer's."""
+    launch(
+        tmp_path,
+        "--config.engineer.kind=api",
+        f"--config.engineer.api_base={served}",
+        "--config.engineer.model=smoke",
+    )
+    (record,) = [json.loads(line) for line in open(tmp_path / "proposals.jsonl")]
+    assert record["kind"] == "api" and record["text"] and record["reason"]
+    json.loads(record["text"])  # decoded under the proposal schema by the server
+    assert record["accepted"] or record["reason"].startswith("rejected: ")
+
+
+@pytest.mark.slow
+def test_the_base_engineer_decodes_with_the_params_grpo_started_from(tmp_path):
+    """engineer.kind=base keeps the post-warm-start params in the checkpoints (as `ref`, also at
+    grpo.beta = 0), and a resumed runner hands exactly those to the engineer, not the random init."""
+    from t2t_jax.stages import StageRunner
+
+    launch(tmp_path, "--config.engineer.kind=base", "--config.stages=0")  # SFT, then the warm point
+    runner = StageRunner.from_workdir(str(tmp_path))
+    state, ref, meta = runner._restore(runner.ckpt.latest_intact(), runner.trainer.init())
+    assert meta.phase == "grpo" and meta.has_ref and runner.keeps_ref
+    base = runner._base_params(ref, meta)
+    same = jax.tree.map(lambda a, b: bool(np.array_equal(a, b)), base, state.params)
+    assert all(jax.tree.leaves(same))  # the warm start's params: GRPO has not moved yet
+    init = jax.tree.map(lambda a, b: bool(np.array_equal(a, b)), base, runner.trainer.initial_params)
+    assert not all(jax.tree.leaves(init))
 
 
 @pytest.mark.slow

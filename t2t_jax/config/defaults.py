@@ -124,6 +124,12 @@ def base() -> mlc.ConfigDict:
             reward_guard=True,
             sections="statistics,breakdown,training,cases,history",
             breakdown_cells=8,
+            # kind=api: an OpenAI-compatible endpoint writes the proposals (see launch/serve.py)
+            api_base="",
+            model="",
+            api_key_env="",
+            api_timeout=300.0,
+            api_retries=4,
         )
     )
     # Benchmark evaluation: per_cell boards of each (agents, size) cell at the first and last

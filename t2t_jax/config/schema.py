@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -123,6 +124,10 @@ def _agent_range(v) -> bool:
     )
 
 
+def _is_url(v) -> bool:
+    return isinstance(v, str) and v.startswith(("http://", "https://")) and len(v) > len("https://")
+
+
 def _mesh(v) -> bool:
     sizes = dict(v)
     return (
@@ -218,6 +223,11 @@ def _fields() -> dict[str, Spec]:
         "engineer.reward_guard": BOOL,
         "engineer.sections": names(SECTIONS),
         "engineer.breakdown_cells": integer(0),
+        "engineer.api_base": Spec("'' or an http:// or https:// URL", lambda v: v == "" or _is_url(v)),
+        "engineer.model": TEXT,
+        "engineer.api_key_env": TEXT,
+        "engineer.api_timeout": real(0.0, lo_open=True),
+        "engineer.api_retries": integer(0),
         "eval.per_cell": integer(1, 150, optional=True),
         "eval.mid_per_cell": integer(1, 150, optional=True),
         "eval.heldout": integer(1),
@@ -291,6 +301,13 @@ def _cross_checks(v: dict) -> None:
             "grpo.dynamic_sampling_rounds: 0 with grpo.dynamic_sampling=True; "
             "give at least 1 extra round (or turn dynamic sampling off)"
         )
+    if get("engineer.kind") == "api":
+        for field in ("engineer.api_base", "engineer.model"):
+            if not get(field):
+                raise ConfigError(f"{field}: '' with engineer.kind='api'; give the endpoint's URL and model name")
+        key = get("engineer.api_key_env")
+        if key and key not in os.environ:
+            raise ConfigError(f"engineer.api_key_env: the environment variable {key} is not set")
     if "env.initial" in v and "engineer.agent_range" in v:
         max_agents = json.loads(v["env.initial"]).get("max_agents", 5)
         lo, hi = v["engineer.agent_range"]

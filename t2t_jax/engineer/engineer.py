@@ -1,13 +1,17 @@
 """`Engineer`: the next stage's config from a failure account, by any of `KINDS`.
 
 `self` decodes the proposal with the current policy's parameters (the paper's method), `base`
-with the initial parameters (ablation); both go through `propose.apply_proposal`. The others
+with the parameters the GRPO phase started from (after the warm start; the ablation), `api`
+asks a served model (`engineer.api_base`, `engineer.model`: any OpenAI-compatible endpoint,
+the proposal schema sent as the structured-output `response_format`, serving/client.py); all
+three go through `propose.apply_proposal`. A failed API call (after `engineer.api_retries`)
+is a rejected proposal with the reason recorded, never a crash. The others
 are the baselines of baselines.py. Every call returns a record (JSON-ready) with the prompt,
 the text, the parsed proposal, whether it was accepted and why, and the resulting config and
 reward weights; an unusable proposal keeps the previous config.
 
 Reward guard (the paper's rule, `reward_guard`, on by default): until the held-out valid rate
-reaches `efficiency_threshold`, a `self` / `base` proposal's reward weights are replaced by the
+reaches `efficiency_threshold`, a `self` / `base` / `api` proposal's reward weights are replaced by the
 accuracy-first ones (`baselines.reward_schedule`, as the baselines use), and the record says so.
 
 Ablations (engineer config): `sections` (which sections of the account the prompt shows:
@@ -21,22 +25,26 @@ schema, or free text that must parse as JSON). Each edit mode has its own instru
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from t2t_jax.engineer import baselines, context, propose
 from t2t_jax.env.config import EnvConfig
 from t2t_jax.text.prompts import encode_texts
 
-KINDS = ("self", "base") + tuple(baselines.BASELINES)
+KINDS = ("self", "base", "api") + tuple(baselines.BASELINES)
 EVIDENCE = ("raw", "summary")
 
 
 class Engineer:
     """Args:
     config: the `engineer` ConfigDict (kind, edit_mode, evidence, failure_cases, constrained,
-      max_tokens, temperature, top_p, agent_range, max_edits, efficiency_threshold).
+      max_tokens, temperature, top_p, agent_range, max_edits, efficiency_threshold; api_base,
+      model, api_key_env, api_timeout, api_retries for kind `api`).
     policy: a rollout.Policy (its sampler and tokenizer decode proposals).
-    base_params: the initial parameters (for kind `base`).
+    base_params: the parameters the GRPO phase started from (for kind `base`; the stage loop
+      sets them once the warm start is done).
     seed: base seed; stage s decodes with seed + s.
     """
 
@@ -49,17 +57,38 @@ class Engineer:
             raise ValueError(f"engineer.edit_mode: {config.edit_mode!r} is not one of {propose.EDIT_MODES}")
         self.config, self.policy, self.base_params, self.seed = config, policy, base_params, seed
         self.agent_range = tuple(config.agent_range)
+        self.client = None
+        if config.kind == "api":
+            from t2t_jax.serving.client import ChatClient
 
-    def _decode(self, params, messages, constraint, seed) -> tuple[str, bool]:
+            key = os.environ.get(config.api_key_env) if config.api_key_env else None
+            self.client = ChatClient(
+                config.api_base, config.model, api_key=key, timeout=config.api_timeout, retries=config.api_retries
+            )
+
+    def _decode(self, params, messages, schema, seed) -> tuple[str, bool]:
+        """(text, truncated) of one reply under `schema` (a JSON schema, or None for free text)."""
+        c = self.config
+        if self.client is not None:
+            from t2t_jax.serving.client import Request, json_schema_format
+
+            fmt = json_schema_format(schema, "proposal") if schema is not None else None
+            reply = self.client.complete(
+                Request(tuple(messages), c.max_tokens, c.temperature, c.top_p, seed=seed, response_format=fmt)
+            )
+            if reply.error:
+                raise propose.ProposalError(f"the API call failed after {reply.attempts} attempts ({reply.error})")
+            return reply.text, reply.finish_reason == "length"
         tok = self.policy.tokenizer
+        constraint = propose.constraint_for(schema, tok) if schema is not None else None
         text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=False)
         ids, mask = encode_texts(tok, [text], self.policy.buckets)
         out = self.policy.sampler.generate(
             ids,
             mask,
-            max_new_tokens=self.config.max_tokens,
-            temperature=self.config.temperature,
-            top_p=self.config.top_p,
+            max_new_tokens=c.max_tokens,
+            temperature=c.temperature,
+            top_p=c.top_p,
             seed=seed,
             constraint=constraint,
             params=params,
@@ -93,18 +122,19 @@ class Engineer:
             }
             return record | {"accepted": True, "reason": reason, "config": new.to_json(), "reward_weights": weights}
         params = params if c.kind == "self" else self.base_params
-        evidence = None
-        if c.evidence == "summary" and account["failure_cases"]:
-            evidence, _ = self._decode(params, propose.summary_messages(account), None, self.seed + stage)
-            account = {**account, "failure_cases": []}
-            record["summary"] = evidence
-        messages = propose.engineer_messages(account, evidence, c.edit_mode, context.parse_sections(c.sections))
-        record["prompt"] = messages[-1]["content"]
-        schema = propose.proposal_schema(config, self.agent_range, c.max_edits)
-        constraint = propose.constraint_for(schema, self.policy.tokenizer) if c.constrained else None
-        text, truncated = self._decode(params, messages, constraint, self.seed + 1000 + stage)
-        record["text"] = text
         try:
+            evidence = None
+            if c.evidence == "summary" and account["failure_cases"]:
+                evidence, _ = self._decode(params, propose.summary_messages(account), None, self.seed + stage)
+                account = {**account, "failure_cases": []}
+                record["summary"] = evidence
+            messages = propose.engineer_messages(account, evidence, c.edit_mode, context.parse_sections(c.sections))
+            record["prompt"] = messages[-1]["content"]
+            schema = propose.proposal_schema(config, self.agent_range, c.max_edits)
+            text, truncated = self._decode(
+                params, messages, schema if c.constrained else None, self.seed + 1000 + stage
+            )
+            record["text"] = text
             if truncated:
                 raise propose.ProposalError(f"truncated at engineer.max_tokens = {c.max_tokens}")
             record["parsed"] = parsed = propose.parse_proposal(text)

@@ -372,11 +372,28 @@ def write_tables(directory: str, entry: dict, label: str = "ours", prefix: str =
                 )
     if entry.get("ood"):
         md += ood_markdown(entry["ood"])
+    if entry.get("usage"):
+        u = entry["usage"]
+        md.append(
+            f"\nAPI usage: {u['requests']} requests ({u['cached']} from the cache), {u['prompt_tokens']} prompt "
+            f"tokens, {u['completion_tokens']} completion tokens, {u['errors']} failed after retries "
+            "(scored as unparsable answers)."
+        )
     paths = {ext: os.path.join(directory, f"{prefix}.{ext}") for ext in ("md", "csv", "json")}
     io.write_atomic(paths["md"], f"# Results: {entry['point']}\n" + "\n".join(md) + "\n")
     io.write_atomic(paths["csv"], buf.getvalue())
     io.write_atomic(
-        paths["json"], json.dumps({"point": entry["point"], "tables": rows, "ood": entry.get("ood", {})}, indent=1)
+        paths["json"],
+        json.dumps(
+            {
+                "point": entry["point"],
+                "tables": rows,
+                "ood": entry.get("ood", {}),
+                "board_valid": entry.get("board_valid", ""),
+                **({"usage": entry["usage"]} if entry.get("usage") else {}),
+            },
+            indent=1,
+        ),
     )
     paths["png"] = os.path.join(directory, "heatmap.png")
     io.write_png(paths["png"], rate_heatmap(entry["cells"], title=f"{label}: {entry['point']}"))
