@@ -197,6 +197,7 @@ def test_the_api_engineer_sends_the_schema_and_its_proposal_is_checked():
         record = Engineer(api_config(url), None).propose(None, account, CONFIG, CONFIG, ACCURACY_FIRST)
     assert record["kind"] == "api" and record["accepted"] and record["text"] == text
     assert record["config"]["buckets"][0]["size"] == [3, 5]
+    assert record["api_calls"] == [{"attempts": 1, "schema_dropped": False, "prompt_tokens": 7, "completion_tokens": 3}]
     sent = app.state.seen[0]
     assert sent["response_format"]["json_schema"]["schema"] == propose.proposal_schema(CONFIG, (1, 5), 2)
     assert sent["messages"][-1]["content"] == record["prompt"] and sent["temperature"] == 0.7

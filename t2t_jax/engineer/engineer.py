@@ -57,7 +57,7 @@ class Engineer:
             raise ValueError(f"engineer.edit_mode: {config.edit_mode!r} is not one of {propose.EDIT_MODES}")
         self.config, self.policy, self.base_params, self.seed = config, policy, base_params, seed
         self.agent_range = tuple(config.agent_range)
-        self.client = None
+        self.client, self.api_calls = None, []
         if config.kind == "api":
             from t2t_jax.serving.client import ChatClient
 
@@ -75,6 +75,9 @@ class Engineer:
             fmt = json_schema_format(schema, "proposal") if schema is not None else None
             reply = self.client.complete(
                 Request(tuple(messages), c.max_tokens, c.temperature, c.top_p, seed=seed, response_format=fmt)
+            )
+            self.api_calls.append(
+                {k: getattr(reply, k) for k in ("attempts", "schema_dropped", "prompt_tokens", "completion_tokens")}
             )
             if reply.error:
                 raise propose.ProposalError(f"the API call failed after {reply.attempts} attempts ({reply.error})")
@@ -122,6 +125,8 @@ class Engineer:
             }
             return record | {"accepted": True, "reason": reason, "config": new.to_json(), "reward_weights": weights}
         params = params if c.kind == "self" else self.base_params
+        if self.client is not None:  # each API call's attempts, structured-output fallback, tokens
+            self.api_calls = record["api_calls"] = []
         try:
             evidence = None
             if c.evidence == "summary" and account["failure_cases"]:
