@@ -2,8 +2,15 @@
 
   pip install -e ".[tpu]"
   TPU_WORKER_HOSTNAMES=localhost python -m launch.aot [--preset=qwen3-4b] \
-      [--topologies=v5e:4x4,v5p:4x4x4,v4:4x4x8] [--batch=64] [--length=2048] [--attn_chunk=512] \
-      [--what=train,decode]
+      [--topologies=v5e:4x4,v5p:4x4x4,v4:4x4x8] [--batch=64] [--length=2048] [--attention=splash] \
+      [--attn_chunk=512] [--what=train,decode]
+  TPU_WORKER_HOSTNAMES=localhost python -m launch.aot --config=configs/qwen3_4b.py --what=train,decode
+
+With --config the model section (preset, dtype, remat, attention, attn_chunk) and the shapes come
+from a stage-loop config: the update's micro-batch (grpo.prompts x group_size / micro_batches
+rows) at --prompt_tokens + rollout.max_new_tokens tokens, the decode step at the whole rollout
+batch. `--attention=auto` compiles splash (the TPU choice). Splash runs as a Pallas custom call
+whose FLOPs the cost analysis does not count: `flops` then covers the rest of the step.
 
 What is compiled: next-token cross-entropy forward + backward of the whole model (layers scanned,
 remat per --remat; log-probs in chunks of --logits_chunk tokens, so the [B, T, 151936] logits
@@ -39,6 +46,7 @@ from absl import app, flags  # noqa: E402
 from flax import nnx  # noqa: E402
 from jax.experimental import topologies  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
 
 from t2t_jax import sharding  # noqa: E402
 from t2t_jax.models import qwen3  # noqa: E402
@@ -51,10 +59,17 @@ flags.DEFINE_integer("length", 2048, "Tokens per sequence (prompt + completion).
 flags.DEFINE_string("remat", "full", "Remat policy: none, dots, full.")
 flags.DEFINE_string("param_dtype", "float32", "Master weight dtype (compute is bf16).")
 flags.DEFINE_integer("logits_chunk", 256, "Tokens per logits chunk (never [B, T, V] at once).")
-flags.DEFINE_integer("attn_chunk", 0, "Query block of memory-efficient attention (0: full attention).")
+flags.DEFINE_integer("attn_chunk", 0, "Query block of the chunked attention kernel (0: full attention).")
+flags.DEFINE_string(
+    "attention", "xla", "Attention kernel: xla, chunked (with --attn_chunk), splash (Pallas, TPU), auto (splash)."
+)
 flags.DEFINE_list("what", ["train"], "What to compile: train (the update) and/or decode (one sampler step).")
 flags.DEFINE_integer("decode_batch", 64, "Rows of the decode step (prompts x samples: 8 x 8).")
 flags.DEFINE_integer("decode_length", 8192, "KV cache length of the decode step (prompt + new tokens).")
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "A stage-loop config (e.g. configs/qwen3_4b.py): its model and shapes replace the flags above."
+)
+flags.DEFINE_integer("prompt_tokens", 512, "With --config: the longest prompt (its length bucket), in tokens.")
 
 HBM = {
     "TPU v4": 32 * 2**30,
@@ -96,7 +111,9 @@ def abstract_model(config, mesh, param_dtype):
             dtype=jnp.bfloat16,
             param_dtype=jnp.dtype(param_dtype),
             remat=FLAGS.remat,
+            attention=FLAGS.attention,
             attn_chunk=FLAGS.attn_chunk,
+            mesh=mesh,
         )
     )
     graphdef, state = nnx.split(model)
@@ -216,12 +233,43 @@ def compile_one(config, topo_name, axes):
         batch=FLAGS.batch,
         length=FLAGS.length,
         remat=FLAGS.remat,
+        attention=FLAGS.attention,
         attn_chunk=FLAGS.attn_chunk,
     )
 
 
+def from_config(config) -> dict:
+    """The flag values a stage-loop config implies: its model section, the GRPO update's
+    micro-batch (grpo.prompts x group_size / train.micro_batches rows) at the longest sequence
+    (--prompt_tokens + rollout.max_new_tokens), and the decode step at the rollout batch."""
+    m, g, t = config.model, config.grpo, config.train
+    rows = g.prompts * g.group_size
+    if rows % t.micro_batches:
+        raise app.UsageError(f"train.micro_batches: {t.micro_batches} does not divide the batch of {rows} rows")
+    return {
+        "preset": m.preset,
+        "param_dtype": m.dtype,
+        "remat": m.remat,
+        "attention": m.attention,
+        "attn_chunk": m.attn_chunk,
+        "batch": rows // t.micro_batches,
+        "length": FLAGS.prompt_tokens + config.rollout.max_new_tokens,
+        "decode_batch": rows,
+        "decode_length": FLAGS.prompt_tokens + config.rollout.max_new_tokens,
+    }
+
+
 def main(argv):
     del argv
+    if _CONFIG.value is not None:
+        implied = from_config(_CONFIG.value)
+        for name, value in implied.items():
+            setattr(FLAGS, name, value)
+        if _CONFIG.value.grpo.beta:
+            print(json.dumps({"note": "grpo.beta > 0: add ref_model_bytes per chip to each train row's peak"}))
+        print(json.dumps({"from_config": implied}), flush=True)
+    if FLAGS.attention == "auto":
+        FLAGS.attention = "splash"  # (TPU topologies)
     config = qwen3.PRESETS[FLAGS.preset]
     for topo_name in FLAGS.topologies:
         n = len(topologies.get_topology_desc(platform="tpu", topology_name=topo_name).devices)

@@ -16,10 +16,20 @@ def base() -> mlc.ConfigDict:
     # JAX's persistent compilation cache (reruns and resumes skip XLA compilation); "": off.
     c.compilation_cache = "~/.cache/t2t_jax/jax"
 
-    # attn_chunk: query block of memory-efficient attention (0: off); scan_layers: one scanned layer
-    # body (False: unrolled; compile time grows with depth), see Qwen3.
+    # attention: the kernel (auto: splash on TPU, cudnn on GPU, chunked / xla on CPU; or xla, chunked,
+    # splash, cudnn: t2t_jax/models/attention.py); attn_chunk: the query block of `chunked` (0: off);
+    # scan_layers: one scanned layer body (False: unrolled; compile time grows with depth), see Qwen3.
     c.model = mlc.ConfigDict(
-        dict(preset="tiny", checkpoint="", tokenizer="", dtype="float32", remat="none", attn_chunk=0, scan_layers=True)
+        dict(
+            preset="tiny",
+            checkpoint="",
+            tokenizer="",
+            dtype="float32",
+            remat="none",
+            attention="auto",
+            attn_chunk=0,
+            scan_layers=True,
+        )
     )
     c.mesh = mlc.ConfigDict()  # axis sizes, e.g. {"data": 1, "fsdp": -1, "tensor": 1}; empty: one device
     c.distributed = mlc.ConfigDict(dict(enabled=False, coordinator_address="", num_processes=-1, process_id=-1))

@@ -141,6 +141,7 @@ def _fields() -> dict[str, Spec]:
     from t2t_jax.engineer.engineer import EVIDENCE, KINDS
     from t2t_jax.engineer.propose import EDIT_MODES
     from t2t_jax.evaluation.sets import OOD
+    from t2t_jax.models.attention import KERNELS
     from t2t_jax.models.qwen3.model import REMAT_POLICIES
     from t2t_jax.models.qwen3.presets import PRESETS
     from t2t_jax.rl import grpo, sft
@@ -158,6 +159,7 @@ def _fields() -> dict[str, Spec]:
         "model.tokenizer": TEXT,
         "model.dtype": choice("float32", "bfloat16", "float16"),
         "model.remat": choice(*REMAT_POLICIES),
+        "model.attention": choice(*KERNELS),
         "model.attn_chunk": integer(0),
         "model.scan_layers": BOOL,
         "mesh": Spec("a mapping of axis names to sizes >= 1 (one may be -1: the rest of the devices)", _mesh),

@@ -4,8 +4,9 @@
     model = models.from_pretrained("/ckpt/Qwen3-4B")         # the family from its config.json
 
 A family is a package with `PRESETS` (name -> config), `from_pretrained(path, dtype, mesh,
-**kw)` and a model class `MODEL(config, dtype=, param_dtype=, rngs=, **kw)`; it registers in
-`FAMILIES` under its Hugging Face `model_type`.
+**kw)` and a model class `MODEL(config, dtype=, param_dtype=, mesh=, rngs=, **kw)` (kw: remat,
+attention, attn_chunk, scan_layers); it registers in `FAMILIES` under its Hugging Face
+`model_type`.
 """
 
 from __future__ import annotations
@@ -54,11 +55,17 @@ def build(model_config, seed: int, mesh=None) -> CausalLM:
     from t2t_jax import sharding
 
     dtype = jnp.dtype(model_config.dtype)
-    kw = dict(remat=model_config.remat, attn_chunk=model_config.attn_chunk, scan_layers=model_config.scan_layers)
+    kw = dict(
+        remat=model_config.remat,
+        attention=model_config.attention,
+        attn_chunk=model_config.attn_chunk,
+        scan_layers=model_config.scan_layers,
+    )
     if model_config.checkpoint:
         return from_pretrained(model_config.checkpoint, dtype=dtype, mesh=mesh, **kw)
     family = family_of_preset(model_config.preset)
-    model = family.MODEL(family.PRESETS[model_config.preset], dtype=dtype, param_dtype=dtype, rngs=nnx.Rngs(seed), **kw)
+    config = family.PRESETS[model_config.preset]
+    model = family.MODEL(config, dtype=dtype, param_dtype=dtype, mesh=mesh, rngs=nnx.Rngs(seed), **kw)
     return sharding.shard_model(model, mesh) if mesh is not None else model
 
 

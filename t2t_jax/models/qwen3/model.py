@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from t2t_jax.models import attention as attention_lib
 from t2t_jax.models.qwen3.presets import Qwen3Config
 
 REMAT_POLICIES = {
@@ -96,36 +97,6 @@ def apply_rope(x, cos, sin):
     return (xf * cos[:, None] + rotated.astype(jnp.float32) * sin[:, None]).astype(x.dtype)
 
 
-def _attend(q, k, v, mask):
-    """q: [B, K, G, T, E]; k, v: [B, K, S, E]; mask: [B, T, S] -> [B, K, G, T, E]."""
-    scores = jnp.einsum("bkgte,bkse->bkgts", q, k, preferred_element_type=jnp.float32) * (q.shape[-1] ** -0.5)
-    scores = jnp.where(mask[:, None, None], scores, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    return jnp.einsum("bkgts,bkse->bkgte", probs, v)
-
-
-def attention(q, k, v, mask, chunk: int = 0):
-    """q: [B, H, T, E]; k, v: [B, K, S, E]; mask: [B, T, S] bool -> [B, T, H * E].
-
-    Grouped-query: each kv head serves H / K query heads. Softmax in fp32. With `chunk` > 0 and
-    T > chunk, queries go in blocks of `chunk` under `lax.map` (T padded up to a multiple),
-    each block rematerialised in the backward pass: the [H, T, S] scores never exist at once
-    (peak [H, chunk, S])."""
-    b, h, t, e = q.shape
-    kv, g = k.shape[1], h // k.shape[1]
-    q = q.reshape(b, kv, g, t, e)
-    if chunk and t > chunk:
-        pad, n = -t % chunk, -(-t // chunk)
-        qc = jnp.pad(q, ((0, 0),) * 3 + ((0, pad), (0, 0))).reshape(b, kv, g, n, chunk, e)
-        mc = jnp.pad(mask, ((0, 0), (0, pad), (0, 0))).reshape(b, n, chunk, -1)
-        block = jax.checkpoint(lambda args: _attend(args[0], k, v, args[1]))
-        out = jax.lax.map(block, (qc.transpose(3, 0, 1, 2, 4, 5), mc.transpose(1, 0, 2, 3)))
-        out = out.transpose(1, 2, 3, 0, 4, 5).reshape(b, kv, g, n * chunk, e)[:, :, :, :t]
-    else:
-        out = _attend(q, k, v, mask)
-    return out.reshape(b, h, t, e).transpose(0, 2, 1, 3).reshape(b, t, h * e)
-
-
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
 def dense(x, w, out_dtype=None):
     """x: [..., I] times w: [O, I] -> [..., O] (a Linear layer without bias), accumulated and
@@ -155,11 +126,12 @@ def _dense_bwd(out_dtype, res, g):
 dense.defvjp(_dense_fwd, _dense_bwd)
 
 
-def _layer(config: Qwen3Config, x, w, cos, sin, mask, cache_kv=None, index=None, attn_chunk: int = 0):
+def _layer(config: Qwen3Config, x, w, cos, sin, mask, cache_kv=None, index=None, attn=None, pad=None):
     """One decoder layer. x: [B, T, D]; w: this layer's weights; cache_kv: this layer's cached
     ([B, K, S, E] x 2), with this step's keys/values written at slot `index` (None: attend
-    within x only). Returns (x, (k, v)): the updated cache arrays, or without a cache this
-    step's keys and values [B, K, T, E]."""
+    within x only, `pad` [B, T] its real tokens). `attn(q, k, v, mask, pad)`: the attention
+    kernel (models/attention.py; None: the dense one). Returns (x, (k, v)): the updated cache
+    arrays, or without a cache this step's keys and values [B, K, T, E]."""
     c = config
     b, t, _ = x.shape
     h = rms_norm(x, w["input_norm"], c.rms_norm_eps)
@@ -175,7 +147,8 @@ def _layer(config: Qwen3Config, x, w, cos, sin, mask, cache_kv=None, index=None,
         v_all = jax.lax.dynamic_update_slice_in_dim(cache_kv[1], v.astype(cache_kv[1].dtype), index, axis=2)
     else:
         k_all, v_all = k, v
-    x = x + dense(attention(q, k_all.astype(q.dtype), v_all.astype(q.dtype), mask, attn_chunk), w["o_proj"])
+    attn = attn or functools.partial(attention_lib.attend, "xla")
+    x = x + dense(attn(q, k_all.astype(q.dtype), v_all.astype(q.dtype), mask, pad), w["o_proj"])
     h = rms_norm(x, w["post_norm"], c.rms_norm_eps)
     x = x + dense(jax.nn.silu(dense(h, w["gate_proj"])) * dense(h, w["up_proj"]), w["down_proj"])
     return x, (k_all, v_all)
@@ -189,8 +162,10 @@ class Qwen3(nnx.Module):
       dtype: compute dtype (activations, matmuls); norms and softmax accumulate in fp32.
       param_dtype: storage dtype of the weights.
       remat: "none", "full" or "dots" (what the backward pass may keep), see REMAT_POLICIES.
-      attn_chunk: query block size of memory-efficient attention for sequences longer than it
-        (0: off), see `attention`.
+      attention: the attention kernel (models/attention.py KERNELS: auto, xla, chunked,
+        splash, cudnn; `auto` resolved for the platform at build time).
+      attn_chunk: query block size of the `chunked` kernel (with `auto` on CPU: chunked when > 0).
+      mesh: the mesh the model is sharded on (the splash kernel runs in shard_map over it).
       scan_layers: run the layers under one `lax.scan` (one compiled layer body: compile time
         independent of depth, the pod-scale setting); False unrolls them (L copies of the body,
         no stacked activation buffers; on CPU faster for some shapes and slower for others,
@@ -204,13 +179,17 @@ class Qwen3(nnx.Module):
         dtype=jnp.float32,
         param_dtype=jnp.float32,
         remat: str = "none",
+        attention: str = "auto",
         attn_chunk: int = 0,
         scan_layers: bool = True,
+        mesh=None,
         rngs: nnx.Rngs | None = None,
     ):
         if remat not in REMAT_POLICIES:
             raise ValueError(f"remat: {remat!r} is not one of {sorted(REMAT_POLICIES)}")
         self.config, self.dtype, self.remat, self.attn_chunk = config, dtype, remat, attn_chunk
+        self.attention = attention_lib.resolve(attention, attn_chunk, attention_lib.platform_of(mesh))
+        self.mesh = mesh
         self.scan_layers = scan_layers
         rngs = rngs or nnx.Rngs(0)
         c, n = config, config.num_hidden_layers
@@ -232,6 +211,10 @@ class Qwen3(nnx.Module):
             if c.tie_word_embeddings
             else nnx.Param(init(rngs.params(), (c.vocab_size, c.hidden_size), param_dtype))
         )
+
+    def attend(self, q, k, v, mask, pad=None, chunk: int = 0):
+        """This model's attention kernel (models/attention.py `attend`)."""
+        return attention_lib.attend(self.attention, q, k, v, mask, pad, chunk, self.mesh)
 
     @staticmethod
     def logical_axes(name: str) -> tuple:
@@ -293,11 +276,13 @@ class Qwen3(nnx.Module):
             attn_mask = valid[:, None, :] & (slots[None, None, :] <= query_slot[None, :, None])
             index = cache.index
         cos, sin = rope(positions, c.head_dim, c.rope_theta)
+        pad = mask if cache is None else None  # (a self-attention call: the flash kernels apply)
+        attn = functools.partial(self.attend, chunk=self.attn_chunk)
         policy = REMAT_POLICIES[self.remat]
         if layers is None and not self.scan_layers:
             layers = self.unstack_layers()
         if layers is not None:
-            layer = functools.partial(_layer, c, attn_chunk=self.attn_chunk)
+            layer = functools.partial(_layer, c, attn=attn, pad=pad)
             if policy is not None and cache is None:  # (decode steps are never differentiated)
                 layer = jax.checkpoint(layer, policy=policy)
             new_k, new_v = [], []
@@ -311,7 +296,7 @@ class Qwen3(nnx.Module):
 
             def body(x, xs):
                 w, layer_kv = xs
-                x, layer_kv = _layer(c, x, w, cos, sin, attn_mask, layer_kv, index, self.attn_chunk)
+                x, layer_kv = _layer(c, x, w, cos, sin, attn_mask, layer_kv, index, attn, pad)
                 return x, (layer_kv if cache is not None else None)
 
             if policy is not None:

@@ -130,7 +130,7 @@ def from_pretrained(path: str, dtype=jnp.float32, mesh=None, rules=None, **model
     with open(cfg_path) as f:
         config = Qwen3Config.from_hf(json.load(f))
     reader = _Reader(_files(path))
-    model = nnx.eval_shape(lambda: Qwen3(config, dtype=dtype, param_dtype=dtype, **model_kw))
+    model = nnx.eval_shape(lambda: Qwen3(config, dtype=dtype, param_dtype=dtype, mesh=mesh, **model_kw))
     np_dtype = np.dtype(jnp.dtype(dtype))
     for name, param in named_params(model).items():
         names = hf_names(config, name)
