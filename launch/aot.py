@@ -69,6 +69,9 @@ flags.DEFINE_integer("decode_length", 8192, "KV cache length of the decode step 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "A stage-loop config (e.g. configs/qwen3_4b.py): its model and shapes replace the flags above."
 )
+flags.DEFINE_list(
+    "meshes", [], "Only these meshes, e.g. fsdp=16,fsdp=8xtensor=2 ('x' joins axes; default: every candidate)."
+)
 flags.DEFINE_integer("prompt_tokens", 512, "With --config: the longest prompt (its length bucket), in tokens.")
 
 HBM = {
@@ -275,7 +278,11 @@ def main(argv):
         n = len(topologies.get_topology_desc(platform="tpu", topology_name=topo_name).devices)
         for what in FLAGS.what:
             fn = {"train": compile_one, "decode": compile_decode}[what]
-            for axes in meshes(n, FLAGS.batch if what == "train" else FLAGS.decode_batch):
+            candidates = meshes(n, FLAGS.batch if what == "train" else FLAGS.decode_batch)
+            if FLAGS.meshes:
+                wanted = [{a: int(v) for a, v in (x.split("=") for x in m.split("x"))} for m in FLAGS.meshes]
+                candidates = [m for m in candidates if m in wanted]
+            for axes in candidates:
                 try:
                     row = fn(config, topo_name, axes)
                 except Exception as e:  # report and go on: one mesh failing says nothing of the others
