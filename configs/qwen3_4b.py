@@ -18,8 +18,11 @@ from t2t_jax.config.defaults import base
 
 def get_config(arg: str = ""):
     c = base()
-    # attn_chunk 512 and micro-batches of 32 sequences: what fits v5e-16 (docs/model.md, AOT tables)
-    c.model.update(preset="qwen3-4b", checkpoint="", dtype="bfloat16", remat="full", attn_chunk=512)
+    # attention auto: splash on TPU, cuDNN on GPU (attn_chunk 512: the chunked kernel elsewhere).
+    # Micro-batches of 32 sequences of 512 + 8,192 tokens fit v5e-16 at fsdp=16 (12.3 GiB of 15.75;
+    # `python -m launch.aot --config=configs/qwen3_4b.py --suggest`, docs/model.md); the engine's
+    # 64 decode slots fit it too (5.3 GiB). v5p-64 takes the 256 rows in one micro-batch.
+    c.model.update(preset="qwen3-4b", checkpoint="", dtype="bfloat16", remat="full", attention="auto", attn_chunk=512)
     c.mesh = {"data": 1, "fsdp": -1, "tensor": 1}
     c.env.initial = json.dumps(
         {
@@ -31,7 +34,18 @@ def get_config(arg: str = ""):
             ],
         }
     )
-    c.rollout.update(max_new_tokens=8192, temperature=1.0, top_p=1.0, enable_thinking=True, prompt_style="full")
+    # The continuous-batching engine: 64 rows in flight, so a 7,000-token reply holds one slot, not
+    # the whole batch.
+    c.rollout.update(
+        max_new_tokens=8192,
+        temperature=1.0,
+        top_p=1.0,
+        enable_thinking=True,
+        prompt_style="full",
+        engine="continuous",
+        slots=64,
+        chunk=32,
+    )
     c.sft.steps = 0
     c.grpo.update(steps=100, prompts=32, group_size=8, loss_type="dapo", beta=0.0)
     c.optim.update(learning_rate=1e-6, warmup_steps=10, decay_steps=300)

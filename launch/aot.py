@@ -1,29 +1,40 @@
-"""Compile the real Qwen3 training step ahead of time for TPU topologies, from a CPU machine.
+"""Compile the real Qwen3 steps ahead of time for TPU topologies, from a CPU machine.
 
   pip install -e ".[tpu]"
   TPU_WORKER_HOSTNAMES=localhost python -m launch.aot [--preset=qwen3-4b] \
       [--topologies=v5e:4x4,v5p:4x4x4,v4:4x4x8] [--batch=64] [--length=2048] [--attention=splash] \
-      [--attn_chunk=512] [--what=train,decode]
-  TPU_WORKER_HOSTNAMES=localhost python -m launch.aot --config=configs/qwen3_4b.py --what=train,decode
+      [--attn_chunk=512] [--what=train,prefill,decode] [--meshes=fsdp=16,fsdp=8xtensor=2]
+  TPU_WORKER_HOSTNAMES=localhost python -m launch.aot --config=configs/qwen3_4b.py --what=train,prefill,decode
+  TPU_WORKER_HOSTNAMES=localhost python -m launch.aot --config=configs/qwen3_4b.py --suggest
 
 With --config the model section (preset, dtype, remat, attention, attn_chunk) and the shapes come
 from a stage-loop config: the update's micro-batch (grpo.prompts x group_size / micro_batches
-rows) at --prompt_tokens + rollout.max_new_tokens tokens, the decode step at the whole rollout
-batch. `--attention=auto` compiles splash (the TPU choice). Splash runs as a Pallas custom call
-whose FLOPs the cost analysis does not count: `flops` then covers the rest of the step.
+rows) at --prompt_tokens + rollout.max_new_tokens tokens, the prefill of grpo.prompts prompts and
+the decode step at the whole rollout batch. `--attention=auto` compiles splash (the TPU choice).
+Splash runs as a Pallas custom call whose FLOPs the cost analysis does not count: `flops` then
+covers the rest of the step (`model_flops` counts attention analytically).
 
-What is compiled: next-token cross-entropy forward + backward of the whole model (layers scanned,
-remat per --remat; log-probs in chunks of --logits_chunk tokens, so the [B, T, 151936] logits
-never exist at once) and an optax AdamW update, parameters and optimizer state sharded by
-t2t_jax.sharding's logical rules, the batch over the data axes, parameters and optimizer state
-donated. Parameters are abstract (`jax.ShapeDtypeStruct` with shardings): no weights needed.
-A GRPO step adds a frozen reference model (one more bf16 copy of the parameters when beta > 0)
-and per-token log-prob work of the same order as this step; `fits` leaves that headroom out,
-`ref_model_bytes` says how much it needs.
+What is compiled:
+- train: next-token cross-entropy forward + backward of the whole model (layers scanned, remat
+  per --remat; log-probs in chunks of --logits_chunk tokens, so the [B, T, 151936] logits never
+  exist at once) and an optax AdamW update, parameters and optimizer state sharded by
+  t2t_jax.sharding's logical rules, the batch over the data axes, both donated. A GRPO step adds
+  a frozen reference model when beta > 0 (`ref_model_bytes` per chip, not in `fits`) and
+  per-token log-prob work of the same order as this step.
+- prefill: the sampler's first call, prompts into an empty KV cache (through the kernel).
+- decode: one sampler step, a token per row over the whole cache (dense; paged KV is issue 21).
+Parameters are abstract (`jax.ShapeDtypeStruct` with shardings): no weights needed.
 
-Prints one JSON object per line per (topology, mesh): `topology`, `mesh`, `fits`, compile
-seconds, per-device `argument_bytes`, `output_bytes`, `temp_bytes`, `alias_bytes` from
-`memory_analysis()`, `flops` from `cost_analysis()`, and the chip's `hbm_bytes`.
+`--suggest` searches micro-batch counts (1, 2, 4, ...) x meshes for the fewest micro-batches that
+fit each topology and prints the config overrides (`--config.train.micro_batches=...
+--config.mesh.*=...`).
+
+Prints one JSON object per line per (topology, mesh, what): `fits`, per-chip `peak_bytes`,
+`argument_bytes`, `output_bytes`, `temp_bytes`, `alias_bytes` (`memory_analysis()`), `flops` per
+chip (`cost_analysis()`), the chip's `hbm_bytes`, the step's `tokens` and `model_flops`, and time
+estimates from the chip's peak: `step_s_at_mfu` / `tokens_per_s_at_mfu` at --mfu, the
+`memory_bound_s` floor (arguments read once at HBM bandwidth) and, with --tokens_per_s, the
+`mfu_needed` to reach it.
 """
 
 from __future__ import annotations
@@ -38,6 +49,7 @@ import os
 import time
 
 os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
+os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # (no chips here: compiles may run side by side)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -50,6 +62,7 @@ from ml_collections import config_flags  # noqa: E402
 
 from t2t_jax import sharding  # noqa: E402
 from t2t_jax.models import qwen3  # noqa: E402
+from t2t_jax.perf import CHIPS, model_flops  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("preset", "qwen3-4b", "Model preset.")
@@ -63,7 +76,7 @@ flags.DEFINE_integer("attn_chunk", 0, "Query block of the chunked attention kern
 flags.DEFINE_string(
     "attention", "xla", "Attention kernel: xla, chunked (with --attn_chunk), splash (Pallas, TPU), auto (splash)."
 )
-flags.DEFINE_list("what", ["train"], "What to compile: train (the update) and/or decode (one sampler step).")
+flags.DEFINE_list("what", ["train"], "What to compile: train (the update), prefill, decode (one sampler step).")
 flags.DEFINE_integer("decode_batch", 64, "Rows of the decode step (prompts x samples: 8 x 8).")
 flags.DEFINE_integer("decode_length", 8192, "KV cache length of the decode step (prompt + new tokens).")
 _CONFIG = config_flags.DEFINE_config_file(
@@ -73,14 +86,14 @@ flags.DEFINE_list(
     "meshes", [], "Only these meshes, e.g. fsdp=16,fsdp=8xtensor=2 ('x' joins axes; default: every candidate)."
 )
 flags.DEFINE_integer("prompt_tokens", 512, "With --config: the longest prompt (its length bucket), in tokens.")
-
-HBM = {
-    "TPU v4": 32 * 2**30,
-    "TPU v5 lite": 16 * 2**30,
-    "TPU v5": 95 * 2**30,
-    "TPU v5p": 95 * 2**30,
-    "TPU v6 lite": 32 * 2**30,
-}
+flags.DEFINE_integer("samples", 8, "Samples per prompt: the prefill runs on decode_batch / samples prompts.")
+flags.DEFINE_float(
+    "mfu", 0.4, "Model-FLOPs utilisation for the step-time estimate (`step_s_at_mfu`).", lower_bound=0.01
+)
+flags.DEFINE_float("tokens_per_s", 0, "A target throughput (global tokens/s): each row reports the MFU it needs.")
+flags.DEFINE_bool(
+    "suggest", False, "Search micro-batch counts (1, 2, 4, ...) x meshes for the fewest that fit each topology."
+)
 
 
 def meshes(n, batch):
@@ -129,18 +142,26 @@ def abstract_model(config, mesh, param_dtype):
     return graphdef, params, jax.tree_util.tree_map_with_path(shard_of, params)
 
 
-def report(compiled, seconds, topo, topo_name, axes, config, **extra):
+def report(compiled, seconds, topo, topo_name, axes, config, *, what, rows, length, cache_length=0, **extra):
+    """One JSON row: memory per chip (`memory_analysis`), `flops` per chip (`cost_analysis`;
+    a Pallas kernel's own FLOPs are not in it), the step's `model_flops`, and time estimates:
+    `step_s_at_mfu` at --mfu, `memory_bound_s` (each chip reading its arguments once at HBM
+    bandwidth: a floor, the decode step's usual bound), and with --tokens_per_s the MFU needed."""
     mem = compiled.memory_analysis()
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     kind = topo.devices[0].device_kind
-    hbm = HBM.get(kind)
+    hbm, peak_flops, bandwidth = CHIPS.get(kind, (None, None, None))
     peak = mem.argument_size_in_bytes + mem.output_size_in_bytes + mem.temp_size_in_bytes - mem.alias_size_in_bytes
-    return {
+    chips = len(topo.devices)
+    tokens = rows * length
+    flops = model_flops(config, what, rows, length, cache_length)
+    row = {
         "topology": topo_name,
         "mesh": axes,
+        "what": what,
         "device_kind": kind,
-        "chips": len(topo.devices),
+        "chips": chips,
         "fits": bool(hbm and peak <= hbm),
         "peak_bytes": int(peak),
         "hbm_bytes": hbm,
@@ -149,34 +170,62 @@ def report(compiled, seconds, topo, topo_name, axes, config, **extra):
         "temp_bytes": int(mem.temp_size_in_bytes),
         "alias_bytes": int(mem.alias_size_in_bytes),
         "flops": float(cost.get("flops", -1)),
+        "tokens": tokens,
+        "model_flops": flops,
         "compile_s": round(seconds, 1),
         "preset": FLAGS.preset,
+        "rows": rows,
+        "length": length,
         **extra,
     }
+    if peak_flops:
+        step_s = flops / (chips * peak_flops * FLAGS.mfu)
+        row.update(
+            peak_flops_per_chip=peak_flops,
+            mfu=FLAGS.mfu,
+            step_s_at_mfu=_sig(step_s),
+            tokens_per_s_at_mfu=_sig(tokens / step_s),
+            memory_bound_s=_sig(mem.argument_size_in_bytes / bandwidth),
+        )
+        if FLAGS.tokens_per_s:
+            row["mfu_needed"] = _sig(FLAGS.tokens_per_s * flops / tokens / (chips * peak_flops))
+    return row
 
 
-def compile_decode(config, topo_name, axes):
-    """One sampler decode step (a token per row, the KV cache donated and updated in place)."""
-    topo = topologies.get_topology_desc(platform="tpu", topology_name=topo_name)
-    mesh = sharding.make_mesh(axes, devices=topo.devices)
-    graphdef, params, param_shardings = abstract_model(config, mesh, "bfloat16")
-    b, s = FLAGS.decode_batch, FLAGS.decode_length
+def _sig(x: float) -> float:
+    return float(f"{x:.3g}")
+
+
+def cache_spec(config, mesh, rows, length):
+    """An abstract KV cache of `rows` x `length` slots, rows over the batch axes and kv heads over
+    `tensor` where they divide."""
     batch_axes = sharding.batch_sharding(mesh).spec[0]
     kv = "tensor" if "tensor" in mesh.shape and config.num_key_value_heads % mesh.shape["tensor"] == 0 else None
     kv_shard = NamedSharding(mesh, PartitionSpec(batch_axes, kv, None, None))
-    row = sharding.batch_sharding(mesh, 1)
     layer_kv = tuple(
-        jax.ShapeDtypeStruct((b, config.num_key_value_heads, s, config.head_dim), jnp.bfloat16, sharding=kv_shard)
+        jax.ShapeDtypeStruct(
+            (rows, config.num_key_value_heads, length, config.head_dim), jnp.bfloat16, sharding=kv_shard
+        )
         for _ in range(config.num_hidden_layers)
     )
-    cache = qwen3.KVCache(
+    return qwen3.KVCache(
         k=layer_kv,
         v=layer_kv,
-        valid=jax.ShapeDtypeStruct((b, s), bool, sharding=sharding.batch_sharding(mesh)),
-        next_pos=jax.ShapeDtypeStruct((b,), jnp.int32, sharding=row),
+        valid=jax.ShapeDtypeStruct((rows, length), bool, sharding=sharding.batch_sharding(mesh)),
+        next_pos=jax.ShapeDtypeStruct((rows,), jnp.int32, sharding=sharding.batch_sharding(mesh, 1)),
         index=jax.ShapeDtypeStruct((), jnp.int32, sharding=NamedSharding(mesh, PartitionSpec())),
     )
-    tok = jax.ShapeDtypeStruct((b, 1), jnp.int32, sharding=sharding.batch_sharding(mesh))
+
+
+def abstract(tree, shardings):
+    return jax.tree.map(lambda x, sh: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh), tree, shardings)
+
+
+def compile_decode(config, topo, mesh, rows):
+    """One sampler decode step: a token per row, the KV cache donated and updated in place."""
+    graphdef, params, param_shardings = abstract_model(config, mesh, "bfloat16")
+    s = FLAGS.decode_length
+    tok = jax.ShapeDtypeStruct((rows, 1), jnp.int32, sharding=sharding.batch_sharding(mesh))
 
     # The step as the sampler's loop runs it (unrolled layers over per-layer weights), except that
     # the weights are sliced here per step; the sampler slices once per generation and holds that
@@ -186,25 +235,31 @@ def compile_decode(config, topo_name, axes):
         logits, cache = model(tok, jnp.ones(tok.shape, bool), cache=cache, layers=model.unstack_layers())
         return jnp.argmax(logits[:, -1], -1), cache
 
-    abstract = jax.tree.map(lambda x, sh: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh), params, param_shardings)
-    start = time.perf_counter()
-    compiled = jax.jit(step, donate_argnums=(1,)).lower(abstract, cache, tok).compile()
-    return report(
-        compiled,
-        time.perf_counter() - start,
-        topo,
-        topo_name,
-        axes,
-        config,
-        what="decode",
-        decode_batch=b,
-        decode_length=s,
-    )
+    args = (abstract(params, param_shardings), cache_spec(config, mesh, rows, s), tok)
+    compiled, seconds = timed_compile(jax.jit(step, donate_argnums=(1,)), *args)
+    return compiled, seconds, dict(rows=rows, length=1, cache_length=s, attention="xla (decode step)")
 
 
-def compile_one(config, topo_name, axes):
-    topo = topologies.get_topology_desc(platform="tpu", topology_name=topo_name)
-    mesh = sharding.make_mesh(axes, devices=topo.devices)
+def compile_prefill(config, topo, mesh, rows):
+    """The sampler's prefill: `rows` prompts of --prompt_tokens into an empty cache of
+    --decode_length slots (through the model's kernel), the last position's logits out."""
+    graphdef, params, param_shardings = abstract_model(config, mesh, "bfloat16")
+    p, s = FLAGS.prompt_tokens, FLAGS.decode_length
+    ids = jax.ShapeDtypeStruct((rows, p), jnp.int32, sharding=sharding.batch_sharding(mesh))
+
+    def prefill(params, cache, ids):
+        model = nnx.merge(graphdef, params)
+        h, cache = model.hidden(ids, jnp.ones(ids.shape, bool), cache=cache, prefill=True)
+        return model.logits_from_hidden(h[:, -1]), cache
+
+    args = (abstract(params, param_shardings), cache_spec(config, mesh, rows, s), ids)
+    compiled, seconds = timed_compile(jax.jit(prefill, donate_argnums=(1,)), *args)
+    return compiled, seconds, dict(rows=rows, length=p, cache_length=s, attention=FLAGS.attention)
+
+
+def compile_train(config, topo, mesh, rows):
+    """The update: forward + backward + AdamW at `rows` x --length, parameters and optimizer
+    state donated."""
     graphdef, params, param_shardings = abstract_model(config, mesh, FLAGS.param_dtype)
     opt = optax.adamw(1e-6, weight_decay=0.01)
     opt_state = jax.eval_shape(opt.init, params)
@@ -212,41 +267,84 @@ def compile_one(config, topo_name, axes):
     opt_shardings = optax.tree_map_params(
         opt, lambda _, s: s, opt_state, param_shardings, transform_non_params=lambda _: replicated
     )
-    batch_shard = sharding.batch_sharding(mesh)
-    ids = jax.ShapeDtypeStruct((FLAGS.batch, FLAGS.length + 1), jnp.int32, sharding=batch_shard)
-    abstract = lambda tree, shards: jax.tree.map(  # noqa: E731
-        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shards
-    )
+    ids = jax.ShapeDtypeStruct((rows, FLAGS.length + 1), jnp.int32, sharding=sharding.batch_sharding(mesh))
     step = jax.jit(
         train_step_fn(graphdef, opt), donate_argnums=(0, 1), out_shardings=(param_shardings, opt_shardings, replicated)
     )
+    args = (abstract(params, param_shardings), abstract(opt_state, opt_shardings), ids)
+    compiled, seconds = timed_compile(step, *args)
+    ref_bytes = 2 * qwen3.num_params(config) // mesh.size  # a bf16 reference, fully sharded
+    extra = dict(rows=rows, length=FLAGS.length, remat=FLAGS.remat, attention=FLAGS.attention)
+    return compiled, seconds, dict(extra, attn_chunk=FLAGS.attn_chunk, ref_model_bytes=int(ref_bytes))
+
+
+def timed_compile(fn, *args):
     start = time.perf_counter()
-    compiled = step.lower(abstract(params, param_shardings), abstract(opt_state, opt_shardings), ids).compile()
-    seconds = time.perf_counter() - start
-    ref_bytes = 2 * qwen3.num_params(config) // len(topo.devices)  # a bf16 reference, fully sharded
-    return report(
-        compiled,
-        seconds,
-        topo,
-        topo_name,
-        axes,
-        config,
-        what="train",
-        ref_model_bytes=int(ref_bytes),
-        batch=FLAGS.batch,
-        length=FLAGS.length,
-        remat=FLAGS.remat,
-        attention=FLAGS.attention,
-        attn_chunk=FLAGS.attn_chunk,
-    )
+    compiled = fn.lower(*args).compile()
+    return compiled, time.perf_counter() - start
+
+
+COMPILERS = {"train": compile_train, "prefill": compile_prefill, "decode": compile_decode}
+
+
+def compile_row(config, what: str, topo_name: str, axes: dict, rows: int) -> dict:
+    """Compile `what` for one (topology, mesh) at `rows` rows -> its report row (a failed
+    compile is a row with `error`: one mesh failing says nothing of the others)."""
+    try:
+        topo = topologies.get_topology_desc(platform="tpu", topology_name=topo_name)
+        mesh = sharding.make_mesh(axes, devices=topo.devices)
+        compiled, seconds, extra = COMPILERS[what](config, topo, mesh, rows)
+        return report(compiled, seconds, topo, topo_name, axes, config, what=what, **extra)
+    except Exception as e:  # noqa: BLE001
+        return {
+            "topology": topo_name,
+            "mesh": axes,
+            "what": what,
+            "rows": rows,
+            "fits": False,
+            "error": f"{type(e).__name__}: {str(e)[:300]}",
+        }
+
+
+def rows_of(what: str) -> int:
+    return {"train": FLAGS.batch, "prefill": max(1, FLAGS.decode_batch // FLAGS.samples)}.get(what, FLAGS.decode_batch)
+
+
+def mesh_overrides(axes: dict) -> str:
+    full = {"data": axes.get("data", 1), "fsdp": axes.get("fsdp", 1), "tensor": axes.get("tensor", 1)}
+    return " ".join(f"--config.mesh.{a}={v}" for a, v in full.items())
+
+
+def suggest(config, topo_name: str, total: int, candidates_for, emit) -> dict:
+    """The fewest micro-batches (1, 2, 4, ... of `total` rows) with a mesh that fits, and the
+    config overrides that select them; every compile is emitted as a row on the way."""
+    m = 1
+    while m <= total and total % m == 0:
+        for axes in candidates_for(total // m):
+            row = compile_row(config, "train", topo_name, axes, total // m)
+            emit(row)
+            if row["fits"]:
+                overrides = f"--config.train.micro_batches={m} {mesh_overrides(axes)}"
+                return {
+                    "suggest": topo_name,
+                    "micro_batches": m,
+                    "rows": total // m,
+                    "mesh": axes,
+                    "overrides": overrides,
+                }
+        m *= 2
+    return {"suggest": topo_name, "micro_batches": None, "note": f"no mesh fits even {total // (m // 2)} rows"}
 
 
 def from_config(config) -> dict:
     """The flag values a stage-loop config implies: its model section, the GRPO update's
     micro-batch (grpo.prompts x group_size / train.micro_batches rows) at the longest sequence
-    (--prompt_tokens + rollout.max_new_tokens), and the decode step at the rollout batch."""
-    m, g, t = config.model, config.grpo, config.train
+    (--prompt_tokens + rollout.max_new_tokens), and the decode step at the rows in flight (the
+    engine's rollout.slots, or the whole rollout batch with rollout.engine=static), its prefill
+    at those rows' prompts (rows / group_size)."""
+    m, g, t, r = config.model, config.grpo, config.train, config.rollout
     rows = g.prompts * g.group_size
+    in_flight = min(rows, r.slots) if r.get("engine", "static") == "continuous" else rows
     if rows % t.micro_batches:
         raise app.UsageError(f"train.micro_batches: {t.micro_batches} does not divide the batch of {rows} rows")
     return {
@@ -257,43 +355,56 @@ def from_config(config) -> dict:
         "attn_chunk": m.attn_chunk,
         "batch": rows // t.micro_batches,
         "length": FLAGS.prompt_tokens + config.rollout.max_new_tokens,
-        "decode_batch": rows,
+        "decode_batch": in_flight,
+        "samples": g.group_size,
         "decode_length": FLAGS.prompt_tokens + config.rollout.max_new_tokens,
+        "rollout_rows": rows,
     }
 
 
 def main(argv):
     del argv
+    total = FLAGS.batch  # what --suggest splits into micro-batches: the whole GRPO batch
     if _CONFIG.value is not None:
         implied = from_config(_CONFIG.value)
+        total = implied["rollout_rows"]
         for name, value in implied.items():
-            setattr(FLAGS, name, value)
+            if name in FLAGS:
+                setattr(FLAGS, name, value)
         if _CONFIG.value.grpo.beta:
             print(json.dumps({"note": "grpo.beta > 0: add ref_model_bytes per chip to each train row's peak"}))
         print(json.dumps({"from_config": implied}), flush=True)
     if FLAGS.attention == "auto":
         FLAGS.attention = "splash"  # (TPU topologies)
+    unknown = sorted(set(FLAGS.what) - set(COMPILERS))
+    if unknown:
+        raise app.UsageError(f"--what: {unknown} not among {sorted(COMPILERS)}")
+    wanted = [{a: int(v) for a, v in (x.split("=") for x in m.split("x"))} for m in FLAGS.meshes]
     config = qwen3.PRESETS[FLAGS.preset]
+    emit = lambda row: print(json.dumps(row), flush=True)  # noqa: E731
     for topo_name in FLAGS.topologies:
         n = len(topologies.get_topology_desc(platform="tpu", topology_name=topo_name).devices)
+
+        def candidates_for(rows):
+            return [m for m in meshes(n, rows) if not wanted or m in wanted]
+
         for what in FLAGS.what:
-            fn = {"train": compile_one, "decode": compile_decode}[what]
-            candidates = meshes(n, FLAGS.batch if what == "train" else FLAGS.decode_batch)
-            if FLAGS.meshes:
-                wanted = [{a: int(v) for a, v in (x.split("=") for x in m.split("x"))} for m in FLAGS.meshes]
-                candidates = [m for m in candidates if m in wanted]
-            for axes in candidates:
-                try:
-                    row = fn(config, topo_name, axes)
-                except Exception as e:  # report and go on: one mesh failing says nothing of the others
-                    row = {
+            if what == "train" and FLAGS.suggest:
+                emit(suggest(config, topo_name, total, candidates_for, emit))
+                continue
+            rows = rows_of(what)
+            for axes in candidates_for(rows):
+                emit(compile_row(config, what, topo_name, axes, rows))
+            if not candidates_for(rows):
+                emit(
+                    {
                         "topology": topo_name,
-                        "mesh": axes,
                         "what": what,
+                        "rows": rows,
                         "fits": False,
-                        "error": f"{type(e).__name__}: {str(e)[:300]}",
+                        "error": "no mesh's batch axes divide the rows",
                     }
-                print(json.dumps(row), flush=True)
+                )
 
 
 if __name__ == "__main__":

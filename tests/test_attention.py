@@ -89,6 +89,37 @@ def test_qwen3_logits_and_gradients_equal_across_kernels(kind):
         np.testing.assert_allclose(a, b, atol=2e-5, rtol=1e-3)
 
 
+@pytest.mark.parametrize("kind", ["splash", "dot_product_attention"])
+def test_a_flash_prefill_fills_the_cache_as_the_dense_one(kind):
+    """The sampler's prefill through a flash kernel (attention within the prompt, not over the
+    cache's slots) leaves the same cache and last-position hidden states as the reference, so
+    the greedy completions are the same tokens."""
+    from t2t_jax.sampling.sampler import Sampler
+
+    ids = jax.random.randint(jax.random.key(2), (3, 70), 0, 1000)
+    mask = jnp.arange(70)[None] >= jnp.array([0, 9, 50])[:, None]
+    models = {a: qwen3.Qwen3(qwen3.PRESETS["tiny"], attention=a, rngs=nnx.Rngs(0)) for a in ("xla", "splash", "cudnn")}
+    flash = models["splash" if kind == "splash" else "cudnn"]
+    if kind == "dot_product_attention":  # (XLA's implementation of the cudnn path: no GPU here)
+        flash.attend = lambda q, k, v, m, pad=None, chunk=0: (
+            attention.cudnn(q, k, v, m, implementation=None) if pad is not None else attention.dense(q, k, v, m)
+        )
+    (h_ref, c_ref), (h_got, c_got) = (
+        m.hidden(ids, mask, cache=m.init_cache(3, 100), prefill=True) for m in (models["xla"], flash)
+    )
+    np.testing.assert_allclose(h_got[:, -1], h_ref[:, -1], atol=1e-4)
+    for a, b in zip(c_got.k + c_got.v, c_ref.k + c_ref.v):
+        np.testing.assert_allclose(
+            np.where(c_ref.valid[:, None, :, None], a, 0), np.where(c_ref.valid[:, None, :, None], b, 0), atol=1e-4
+        )
+    assert (c_got.valid == c_ref.valid).all() and int(c_got.index) == 70
+    if kind == "splash":
+        ref, got = (
+            Sampler(m, stop_ids=[], pad_id=0).generate(ids, mask, max_new_tokens=12) for m in (models["xla"], flash)
+        )
+        np.testing.assert_array_equal(got.tokens, ref.tokens)
+
+
 SHARDED = """
 import os
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"

@@ -4,8 +4,9 @@
 
 q: [B, H, T, E]; k, v: [B, K, S, E] (grouped-query: each kv head serves H / K query heads);
 `mask` [B, T, S] bool, the full mask (causal, left padding, a cache's valid slots); `pad`
-[B, T] bool, the real tokens of a self-attention call (None inside a decode step or a cached
-prefill: the dense kernels run there). Softmax in fp32; q/k norms and RoPE happen before.
+[B, T] bool, the real tokens of a self-attention call (no cache, or a flash kernel's prefill
+into an empty cache; None inside a decode step: the dense kernels run there). Softmax in fp32;
+q/k norms and RoPE happen before.
 
 - `xla`: scores in full, [B, H, T, S] (the reference).
 - `chunked`: queries in blocks of `chunk` under `lax.map`, each block rematerialised in the
@@ -29,6 +30,7 @@ import jax
 import jax.numpy as jnp
 
 KERNELS = ("auto", "xla", "chunked", "splash", "cudnn")
+FLASH = ("splash", "cudnn")  # the kernels of self-attention calls (no cache, or a prefill into an empty one)
 SPLASH_BLOCK = 512  # the largest splash block; short sequences use one block of their padded length
 
 
@@ -110,7 +112,8 @@ def _splash_kernel(length: int, group: int, block: int, interpret: bool):
         block_q_dq=block,
         block_kv_dq=block,
     )
-    return sa.make_splash_mqa_single_device(mask, block_sizes=sizes, interpret=interpret)
+    with jax.ensure_compile_time_eval():  # (its mask tables are constants, whichever trace asks first)
+        return sa.make_splash_mqa_single_device(mask, block_sizes=sizes, interpret=interpret)
 
 
 def splash(q, k, v, pad, mesh=None, block: int = SPLASH_BLOCK, interpret: bool | None = None):

@@ -25,13 +25,14 @@ class CausalLM(Protocol):
 
     config: Any
 
-    def __call__(self, input_ids, attention_mask=None, cache: Cache | None = None, layers=None):
+    def __call__(self, input_ids, attention_mask=None, cache: Cache | None = None, layers=None, prefill=False):
         """Logits [B, T, V] (and the updated cache when one is given)."""
         ...
 
-    def hidden(self, input_ids, attention_mask=None, cache: Cache | None = None, layers=None):
+    def hidden(self, input_ids, attention_mask=None, cache: Cache | None = None, layers=None, prefill=False):
         """Final hidden states [B, T, D] (and the updated cache when one is given); `layers`:
-        the per-layer weights of `unstack_layers()`, for decode steps."""
+        the per-layer weights of `unstack_layers()`, for decode steps; `prefill`: the cache is
+        empty (its first call), so attention may run within the prompt."""
         ...
 
     def init_cache(self, batch: int, length: int, dtype=None) -> Cache:

@@ -55,7 +55,8 @@ NORMS = ("input_norm", "q_norm", "k_norm", "post_norm")
 class KVCache:
     """k, v: tuples of L arrays [B, K, S, E] (one per layer, each updated in place); valid:
     [B, S] bool (filled, non-pad slots); next_pos: [B] int32 position of the next token per
-    row; index: [] int32 next slot (shared by all rows)."""
+    row; index: [] int32 next slot shared by all rows, or [B] one per row (the continuous-
+    batching engine's slots, each at its own point)."""
 
     k: chex.Array
     v: chex.Array
@@ -64,14 +65,21 @@ class KVCache:
     index: chex.Array
 
     def map_rows(self, fn) -> KVCache:
-        """`fn` applied to every per-row array ([B, ...] -> [B', ...]); the shared index kept."""
+        """`fn` applied to every per-row array ([B, ...] -> [B', ...]); a shared index kept."""
         return KVCache(
             k=tuple(map(fn, self.k)),
             v=tuple(map(fn, self.v)),
             valid=fn(self.valid),
             next_pos=fn(self.next_pos),
-            index=self.index,
+            index=self.index if self.index.ndim == 0 else fn(self.index),
         )
+
+
+def write_at(buf, x, index, axis: int):
+    """`x` into `buf` at `index` along `axis`: one index for all rows ([]), or one per row ([B])."""
+    if jnp.ndim(index) == 0:
+        return jax.lax.dynamic_update_slice_in_dim(buf, x, index, axis=axis)
+    return jax.vmap(lambda b, y, i: jax.lax.dynamic_update_slice_in_dim(b, y, i, axis=axis - 1))(buf, x, index)
 
 
 def rms_norm(x, weight, eps):
@@ -128,10 +136,11 @@ dense.defvjp(_dense_fwd, _dense_bwd)
 
 def _layer(config: Qwen3Config, x, w, cos, sin, mask, cache_kv=None, index=None, attn=None, pad=None):
     """One decoder layer. x: [B, T, D]; w: this layer's weights; cache_kv: this layer's cached
-    ([B, K, S, E] x 2), with this step's keys/values written at slot `index` (None: attend
-    within x only, `pad` [B, T] its real tokens). `attn(q, k, v, mask, pad)`: the attention
-    kernel (models/attention.py; None: the dense one). Returns (x, (k, v)): the updated cache
-    arrays, or without a cache this step's keys and values [B, K, T, E]."""
+    ([B, K, S, E] x 2), with this step's keys/values written at slot `index`. With `pad` [B, T]
+    (x's real tokens) attention runs within x only, `mask` [B, T, T] (no cache, or a prefill into
+    an empty one); without, over the cache's S slots, `mask` [B, T, S]. `attn(q, k, v, mask,
+    pad)`: the attention kernel (models/attention.py; None: the dense one). Returns (x, (k, v)):
+    the updated cache arrays, or without a cache this step's keys and values [B, K, T, E]."""
     c = config
     b, t, _ = x.shape
     h = rms_norm(x, w["input_norm"], c.rms_norm_eps)
@@ -143,12 +152,13 @@ def _layer(config: Qwen3Config, x, w, cos, sin, mask, cache_kv=None, index=None,
     v = v.transpose(0, 2, 1, 3)
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
     if cache_kv is not None:
-        k_all = jax.lax.dynamic_update_slice_in_dim(cache_kv[0], k.astype(cache_kv[0].dtype), index, axis=2)
-        v_all = jax.lax.dynamic_update_slice_in_dim(cache_kv[1], v.astype(cache_kv[1].dtype), index, axis=2)
+        k, v = k.astype(cache_kv[0].dtype), v.astype(cache_kv[1].dtype)  # (as a decode step will read them)
+        k_all, v_all = write_at(cache_kv[0], k, index, axis=2), write_at(cache_kv[1], v, index, axis=2)
     else:
         k_all, v_all = k, v
+    keys, values = (k, v) if pad is not None else (k_all, v_all)
     attn = attn or functools.partial(attention_lib.attend, "xla")
-    x = x + dense(attn(q, k_all.astype(q.dtype), v_all.astype(q.dtype), mask, pad), w["o_proj"])
+    x = x + dense(attn(q, keys.astype(q.dtype), values.astype(q.dtype), mask, pad), w["o_proj"])
     h = rms_norm(x, w["post_norm"], c.rms_norm_eps)
     x = x + dense(jax.nn.silu(dense(h, w["gate_proj"])) * dense(h, w["up_proj"]), w["down_proj"])
     return x, (k_all, v_all)
@@ -253,8 +263,13 @@ class Qwen3(nnx.Module):
         stacked = self.stacked_layers()
         return tuple({k: w[i] for k, w in stacked.items()} for i in range(self.config.num_hidden_layers))
 
-    def hidden(self, input_ids, attention_mask=None, cache: KVCache | None = None, layers=None):
+    def hidden(self, input_ids, attention_mask=None, cache: KVCache | None = None, layers=None, prefill=False):
         """Final hidden states [B, T, D] (and the updated cache when one is given).
+
+        `prefill=True` says the cache is empty (the sampler's first call): with a flash kernel
+        (splash, cuDNN) attention then runs within the prompt through it (no [T, S] scores over
+        the whole cache), the prompt's keys and values filling slots 0..T-1; the dense kernels
+        attend over the cache's slots as a decode step does (CPU numbers stay as they were).
 
         Without `layers` the stacked weights run under one scan (the cache's per-layer arrays
         are stacked alongside for the call: fine for a prefill), or unrolled when the model was
@@ -265,18 +280,20 @@ class Qwen3(nnx.Module):
         b, t = input_ids.shape
         mask = jnp.ones((b, t), bool) if attention_mask is None else attention_mask.astype(bool)
         x = self.embed.value[input_ids].astype(self.dtype)
-        if cache is None:
+        within = cache is None or (prefill and self.attention in attention_lib.FLASH)  # (self-attention)
+        index = None if cache is None else cache.index
+        if within:
             positions = jnp.maximum(jnp.cumsum(mask, axis=1) - 1, 0)
             attn_mask = jnp.tril(jnp.ones((t, t), bool))[None] & mask[:, None, :]
-            index = None
         else:
             positions = jnp.maximum(cache.next_pos[:, None] + jnp.cumsum(mask, axis=1) - 1, 0)
-            valid = jax.lax.dynamic_update_slice_in_dim(cache.valid, mask, cache.index, axis=1)
-            slots, query_slot = jnp.arange(cache.valid.shape[1]), cache.index + jnp.arange(t)
-            attn_mask = valid[:, None, :] & (slots[None, None, :] <= query_slot[None, :, None])
-            index = cache.index
+        if cache is not None:
+            valid = write_at(cache.valid, mask, cache.index, axis=1)
+        if not within:  # query i of row b sits in slot index (+ i): it sees the valid slots up to its own
+            query_slot = jnp.reshape(cache.index, (-1, 1)) + jnp.arange(t)  # [1 or B, T]
+            attn_mask = valid[:, None, :] & (jnp.arange(cache.valid.shape[1]) <= query_slot[..., None])
         cos, sin = rope(positions, c.head_dim, c.rope_theta)
-        pad = mask if cache is None else None  # (a self-attention call: the flash kernels apply)
+        pad = mask if within else None
         attn = functools.partial(self.attend, chunk=self.attn_chunk)
         policy = REMAT_POLICIES[self.remat]
         if layers is None and not self.scan_layers:
@@ -345,13 +362,13 @@ class Qwen3(nnx.Module):
         out = jax.lax.map(one, (hp, tp))  # [chunks, B, chunk] (each)
         return jax.tree.map(lambda x: x.swapaxes(0, 1).reshape(b, -1)[:, :t], out)
 
-    def __call__(self, input_ids, attention_mask=None, cache: KVCache | None = None, layers=None):
+    def __call__(self, input_ids, attention_mask=None, cache: KVCache | None = None, layers=None, prefill=False):
         """input_ids: [B, T] int; attention_mask: [B, T] (1 = token, 0 = pad).
 
         Returns logits [B, T, V] fp32, or (logits, cache) when a cache is given: its first call
-        is the prefill, later calls append one (or more) tokens per row (`layers`: see
-        `hidden`)."""
-        out = self.hidden(input_ids, attention_mask, cache, layers)
+        is the prefill, later calls append one (or more) tokens per row (`layers`, `prefill`:
+        see `hidden`)."""
+        out = self.hidden(input_ids, attention_mask, cache, layers, prefill)
         if cache is None:
             return self.logits_from_hidden(out)
         return self.logits_from_hidden(out[0]), out[1]

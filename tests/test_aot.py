@@ -1,0 +1,87 @@
+"""Ahead-of-time TPU compiles from this CPU machine (`launch.aot`, needs libtpu: the `tpu` extra,
+which CI installs): the splash kernel lowers for real TPU chips (Mosaic, not interpret mode)
+under a sharded mesh in the update and the prefill, the time estimates follow from the model
+FLOPs, `--suggest` names its overrides, and the paper config's GRPO micro-batch fits a v5e and
+a v5p mesh."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("libtpu") is None, reason="needs libtpu (pip install -e '.[tpu]')"
+)
+
+
+def aot(*flags, timeout=900):
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "TPU_WORKER_HOSTNAMES": "localhost"}
+    out = subprocess.run(
+        [sys.executable, "-m", "launch.aot", *flags], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+
+
+def test_splash_train_prefill_and_decode_steps_compile_for_a_sharded_v5e():
+    rows = aot(
+        "--preset=tiny",
+        "--topologies=v5e:2x2",
+        "--attention=splash",
+        "--batch=8",
+        "--length=200",
+        "--what=train,prefill,decode",
+        "--decode_batch=16",
+        "--samples=4",
+        "--prompt_tokens=64",
+        "--decode_length=256",
+        "--meshes=fsdp=4,fsdp=2xtensor=2",
+        "--tokens_per_s=1e6",
+    )
+    meshes = [{"fsdp": 4}, {"fsdp": 2, "tensor": 2}]
+    assert [(r["what"], r["mesh"]) for r in rows] == [(w, m) for w in ("train", "prefill", "decode") for m in meshes]
+    assert all(r["fits"] and "error" not in r and r["temp_bytes"] > 0 for r in rows), rows
+    by = {(r["what"], r["mesh"].get("tensor", 1)): r for r in rows}
+    assert by["train", 1]["attention"] == by["prefill", 1]["attention"] == "splash"
+    assert [by[w, 1]["rows"] for w in ("train", "prefill", "decode")] == [8, 4, 16]  # (prefill: 16 rows / 4 samples)
+    assert by["train", 1]["tokens"] == 8 * 200 and by["decode", 1]["tokens"] == 16
+    for r in rows:  # the time estimates follow from the model FLOPs and the chip's peak (v5e: 197 TFLOP/s)
+        assert r["step_s_at_mfu"] == pytest.approx(r["model_flops"] / (4 * 197e12 * 0.4), rel=0.01)
+        assert r["mfu_needed"] == pytest.approx(1e6 * r["model_flops"] / r["tokens"] / (4 * 197e12), rel=0.01)
+    # a training token costs 3x a forward one (6N): the update's FLOPs per token over the decode step's
+    per_token = by["train", 1]["model_flops"] / 1600 / (by["decode", 1]["model_flops"] / 16)
+    assert 2.5 < per_token < 3.5
+
+
+def test_suggest_prints_the_fewest_micro_batches_that_fit_and_their_overrides():
+    rows = aot("--preset=tiny", "--topologies=v5e:2x2", "--batch=16", "--length=128", "--meshes=fsdp=4", "--suggest")
+    *compiled, suggestion = rows
+    assert [r["rows"] for r in compiled] == [16] and compiled[0]["fits"]
+    assert suggestion == {
+        "suggest": "v5e:2x2",
+        "micro_batches": 1,
+        "rows": 16,
+        "mesh": {"fsdp": 4},
+        "overrides": "--config.train.micro_batches=1 --config.mesh.data=1 --config.mesh.fsdp=4 --config.mesh.tensor=1",
+    }
+
+
+@pytest.mark.slow
+def test_the_paper_config_fits_a_v5e_and_a_v5p_mesh():
+    """configs/qwen3_4b.py: its GRPO micro-batch (32 sequences of 512 + 8,192 tokens, splash) and
+    the engine's decode step (rollout.slots = 64 rows over an 8,704-token cache)."""
+    rows = aot(
+        "--config=configs/qwen3_4b.py",
+        "--topologies=v5e:4x4,v5p:4x4x4",
+        "--meshes=fsdp=16,fsdp=32xtensor=2",
+        "--what=train,decode",
+    )
+    implied, *rows = rows
+    assert implied["from_config"]["batch"] == 32 and implied["from_config"]["length"] == 8704
+    assert implied["from_config"]["decode_batch"] == 64
+    fits = {(r["topology"], r["what"]): r["fits"] for r in rows}
+    assert fits == {(t, w): True for t in ("v5e:4x4", "v5p:4x4x4") for w in ("train", "decode")}, rows
