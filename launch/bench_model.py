@@ -2,7 +2,7 @@
 
   python -m launch.bench_model [--shapes=tiny,100m] [--batch=4] [--length=128]
       [--decode_batches=1,16,64] [--prompt=32] [--new_tokens=32] [--shared_groups=8] [--group_size=8]
-      [--benches=train,grpo,shared,decode] [--noscan_layers]
+      [--benches=train,grpo,shared,decode,engine] [--noscan_layers] [--slots=64] [--chunk=32] [--requests=256]
 
 Prints one JSON object per line: `name`, `batch`, `ours_per_s` (tokens/s), `baseline`,
 `baseline_per_s`, `ratio`. Measured on the same weights in one run: forward + backward of the
@@ -13,8 +13,11 @@ and AdamW) against a PyTorch forward + backward of the same batch; and greedy de
 --new_tokens tokens per row). `grpo_shared_prompts_*` compares two of ours: the GRPO update
 with each group's prompt run once (`train.share_prompts`, the default) against every row run in
 full, on --shared_groups x --group_size rows (baseline `ours_every_row_in_full`). Each pair is
-timed alternately (`paired`), best of --repeats. Like every launcher it restarts itself with
-glibc's huge-page malloc tunable (t2t_jax/hostenv.py), which both frameworks then run under.
+timed alternately (`paired`), best of --repeats. `engine_*` (`--benches=engine`): useful tokens/s
+of the continuous-batching Engine against the static Sampler (baseline `static_sampler`) on
+request mixes whose budgets follow the embedded default's lengths and a heavy-tailed lognormal.
+Like every launcher it restarts itself with glibc's huge-page malloc tunable
+(t2t_jax/hostenv.py), which both frameworks then run under.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ if __name__ == "__main__":  # restart with the malloc tunable before jax loads: 
 
 import json
 import os
+import statistics
 import tempfile
 import time
 
@@ -48,6 +52,9 @@ flags.DEFINE_integer("prompt", 32, "Prompt tokens for decoding.")
 flags.DEFINE_integer("new_tokens", 32, "New tokens per row for decoding.")
 flags.DEFINE_integer("shared_groups", 8, "Prompts (groups) per GRPO batch of the shared-prompt row.")
 flags.DEFINE_integer("group_size", 8, "Samples per prompt of the shared-prompt row.")
+flags.DEFINE_integer("slots", 64, "Rows in flight of the engine bench (the static side's batch).")
+flags.DEFINE_integer("chunk", 32, "Decode steps per engine call.")
+flags.DEFINE_integer("requests", 256, "Requests per mix of the engine bench.")
 flags.DEFINE_bool("scan_layers", True, "Our layers under one lax.scan (False: unrolled), see Qwen3.")
 
 
@@ -281,6 +288,61 @@ def bench_decode(shape):
         )
 
 
+ENGINE_MIXES = {  # name -> lognormal budgets (median, sigma, cap)
+    "default_lengths": (20, 0.5, 64),  # the embedded default's completions: mean ~22 of at most 64 tokens
+    "heavy_tailed": (64, 1.3, 2048),  # p99 = 64 e^(2.33 x 1.3) ~ 21x the median
+}
+
+
+def lognormal_budgets(median: float, sigma: float, cap: int, n: int, seed: int = 0) -> np.ndarray:
+    """[n] budgets at the lognormal's n evenly spaced quantiles ((i + 1/2) / n), shuffled: the
+    sample's median and tail are the distribution's whatever n (a random draw of 64 put p99 at
+    9x the median), clipped to 1..cap."""
+    z = np.array([statistics.NormalDist().inv_cdf((i + 0.5) / n) for i in range(n)])
+    budgets = np.clip(np.round(median * np.exp(sigma * z)), 1, cap).astype(np.int32)
+    return np.random.default_rng(seed).permutation(budgets)
+
+
+def bench_engine(shape):
+    """Useful tokens/s (tokens of unfinished rows) of the continuous-batching Engine against the
+    static Sampler on the same requests, both with --slots rows in flight: the static side runs
+    the requests in batches of --slots, each to its longest budget; the engine honours each
+    row's budget. Random weights and no stop ids, so the budgets set the lengths."""
+    from t2t_jax.sampling import Engine, Sampler
+
+    config = qwen3.PRESETS[shape]
+    model = qwen3.Qwen3(config, rngs=nnx.Rngs(0))
+    slots = FLAGS.slots
+    sampler, engine = Sampler(model, [], pad_id=0), Engine(model, [], pad_id=0, slots=slots, chunk=FLAGS.chunk)
+    for mix, (median, sigma, cap) in ENGINE_MIXES.items():
+        rng = np.random.default_rng(0)
+        budgets = lognormal_budgets(median, sigma, cap, FLAGS.requests)
+        ids = rng.integers(1, config.vocab_size, (len(budgets), FLAGS.prompt))
+        mask = np.ones_like(ids, bool)
+
+        def static():
+            for i in range(0, len(budgets), slots):
+                part = slice(i, i + slots)
+                jax.block_until_ready(sampler.generate(ids[part], mask[part], int(budgets[part].max())).tokens)
+
+        ours, base = paired(lambda: engine.generate(ids, mask, budgets), static, FLAGS.repeats)
+        useful = int(budgets.sum())
+        emit(
+            f"engine_{mix}_{shape}",
+            slots,
+            useful / ours,
+            "static_sampler",
+            useful / base,
+            requests=len(budgets),
+            chunk=FLAGS.chunk,
+            budget_median=float(np.median(budgets)),
+            budget_p99=float(np.percentile(budgets, 99)),
+            p99_over_median=round(float(np.percentile(budgets, 99) / np.median(budgets)), 1),
+            budget_max=int(budgets.max()),
+            useful_tokens=useful,
+        )
+
+
 def main(argv):
     del argv
     print(
@@ -299,6 +361,7 @@ def main(argv):
         "grpo": lambda s: bench_grpo(s, FLAGS.batch, FLAGS.length),
         "shared": bench_shared,
         "decode": bench_decode,
+        "engine": bench_engine,
     }
     unknown = set(FLAGS.benches) - set(benches)
     if unknown:

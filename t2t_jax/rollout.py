@@ -21,6 +21,7 @@ import numpy as np
 from t2t_jax.env import io
 from t2t_jax.env.types import Plans, Verdicts
 from t2t_jax.env.validator import validate
+from t2t_jax.perf import PhaseTimer
 from t2t_jax.rl.rewards import reward_terms, total_reward
 from t2t_jax.rl.sft import answer_tokens
 from t2t_jax.text.parsing import parse_completions
@@ -128,6 +129,8 @@ class Policy:
         buckets: Sequence[int] = LENGTH_BUCKETS,
     ):
         self.sampler, self.tokenizer = sampler, tokenizer
+        self.timer = PhaseTimer()  # (the stage loop shares its own)
+        self.check = None  # called between decode chunks, may raise to stop (the stage loop's SIGTERM)
         self.max_size, self.max_agents, self.horizon = max_size, max_agents, horizon
         self.enable_thinking, self.style, self.buckets = enable_thinking, style, tuple(buckets)
 
@@ -170,32 +173,35 @@ class Policy:
     ) -> Rollouts:
         """Sample n completions per board and score them (boards carry `optimal_makespan`)."""
         ids, mask = self.encode(boards)
-        out = self.sampler.generate(
-            ids,
-            mask,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            n=n,
-            seed=seed,
-            params=params,
-        )
-        tokens, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
+        with self.timer.phase("generation"):
+            out = self.sampler.generate(
+                ids,
+                mask,
+                max_new_tokens=max_new_tokens,
+                temperature=temperature,
+                top_k=top_k,
+                top_p=top_p,
+                n=n,
+                seed=seed,
+                params=params,
+                check=self.check,
+            )
+            tokens, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
+            self.timer.add("generation", tokens=int(lengths.sum()))
         truncated = np.asarray(out.truncated)
         rows = [b for b in boards for _ in range(n)]
-        texts = self.decode(tokens, lengths)
-        return self.score(
-            rows,
-            texts,
-            truncated,
-            lengths,
-            max_new_tokens,
-            reward_weights,
-            prompt=(np.repeat(ids, n, 0), np.repeat(mask, n, 0)),
-            tokens=tokens,
-            logprobs=np.asarray(out.logprobs),
-        )
+        with self.timer.phase("scoring"):  # (decoding the text, parsing, validating, rewards)
+            return self.score(
+                rows,
+                self.decode(tokens, lengths),
+                truncated,
+                lengths,
+                max_new_tokens,
+                reward_weights,
+                prompt=(np.repeat(ids, n, 0), np.repeat(mask, n, 0)),
+                tokens=tokens,
+                logprobs=np.asarray(out.logprobs),
+            )
 
     def score(
         self, boards, texts, truncated, lengths, max_new_tokens, reward_weights, prompt, tokens, logprobs

@@ -11,8 +11,9 @@ and the JSON record (`runrecord.RunRecord`) with the cursor (phase, stage, step)
 and reward-weight history, the accounts, the engineer records and the results. Randomness is a
 function of (seed, stage, step) only, so a run killed at any point and resumed ends with the
 same parameters as one that was never interrupted. SIGTERM (preemption) saves and exits cleanly
-(status 0) within one unit of work: a train step, an evaluation batch, a chunk of certified
-boards, or the engineer's decode; work interrupted between checkpoints (a stage's end:
+(status 0) within one unit of work: a decode chunk of the engine (`rollout.chunk` steps, in a
+step's rollouts, an evaluation or the engineer's proposal), an update, an evaluation batch or a
+chunk of certified boards; interrupted work (a step whose rollouts were cut, a stage's end:
 held-out evaluation, benchmark point, proposal) is redone on resume from its start.
 
 Writes under `workdir`: checkpoints/, tb/ (TensorBoard), proposals.jsonl, results.json, and at
@@ -42,13 +43,14 @@ from t2t_jax.env.certified import CertifiedGenerator
 from t2t_jax.env.config import EnvConfig
 from t2t_jax.evaluation import benchmark, sets
 from t2t_jax.logging import SummaryWriter
+from t2t_jax.perf import PHASES, PhaseTimer
 from t2t_jax.rl import sft
 from t2t_jax.rl.rewards import TERMS
 from t2t_jax.rl.step import grpo_step, trajectory_point
 from t2t_jax.rl.trainer import Trainer
 from t2t_jax.rollout import Policy
 from t2t_jax.runrecord import RunRecord
-from t2t_jax.sampling import Sampler
+from t2t_jax.sampling import make_sampler
 from t2t_jax.text.tokenizer import load_tokenizer, stop_ids
 
 
@@ -115,7 +117,10 @@ class StageRunner:
         self.mesh = shd.make_mesh(dict(c.mesh)) if c.mesh else None
         self.tokenizer = load_tokenizer(c.model.tokenizer or c.model.checkpoint or None)
         self.model = models.build(c.model, c.seed, self.mesh)
-        sampler = Sampler(self.model, stop_ids(self.tokenizer), self.tokenizer.pad_token_id)
+        r = c.rollout
+        sampler = make_sampler(
+            self.model, stop_ids(self.tokenizer), self.tokenizer.pad_token_id, r.engine, r.slots, r.chunk
+        )
         self.first = first = EnvConfig.from_json(c.env.initial)
         self.policy = Policy(
             sampler,
@@ -133,9 +138,11 @@ class StageRunner:
         self.sft_trainer = Trainer(self.model, c, loss="sft", mesh=self.mesh, optim=sft_optim)
         self.trainer = Trainer(self.model, c, loss="grpo", mesh=self.mesh)
         self.engineer = Engineer(c.engineer, self.policy, seed=c.seed)
+        self.timer = self.policy.timer = PhaseTimer()  # where each stage's time goes (t2t_jax/perf.py)
         self.ckpt = Checkpointer(os.path.join(self.workdir, "checkpoints"), keep=c.checkpoint.keep)
         self._writer = None
         self._term = False
+        self.policy.check = self._check_stop  # (between the engine's decode chunks)
 
     @property
     def writer(self) -> SummaryWriter:
@@ -208,7 +215,8 @@ class StageRunner:
             raise Preempted(0)
 
     def _check_stop(self) -> None:
-        """Called between the units of long phases (evaluation batches, certified chunks)."""
+        """Called between the units of long phases: evaluation batches, certified chunks and,
+        through `Policy.check`, the engine's decode chunks (rollouts, evaluation, the engineer)."""
         if self._term:
             raise _Stop
 
@@ -233,7 +241,8 @@ class StageRunner:
 
     def _boards(self, env_config: EnvConfig, key, num: int) -> list[dict]:
         gen = CertifiedGenerator(env_config, horizon=self.config.env.horizon, chunk=self.config.env.chunk)
-        return io.boards_with_plans_to_json(*gen(key, num, check=self._check_stop))
+        with self.timer.phase("certification"):
+            return io.boards_with_plans_to_json(*gen(key, num, check=self._check_stop))
 
     def _key(self, *parts):
         key = jax.random.key(self.config.seed)
@@ -256,17 +265,18 @@ class StageRunner:
         """Greedy rollouts of `boards`, or `samples` per board at the rollout temperature / top_p
         (seeded by the run's seed alone: every point draws the same random numbers)."""
         c = self.config
-        return benchmark.evaluate(
-            self.policy,
-            params,
-            boards,
-            desc=desc,
-            samples=samples,
-            temperature=c.rollout.temperature,
-            top_p=c.rollout.top_p,
-            seed=c.seed,
-            **self._eval_kw(),
-        )
+        with self.timer.phase("evaluation"):
+            return benchmark.evaluate(
+                self.policy,
+                params,
+                boards,
+                desc=desc,
+                samples=samples,
+                temperature=c.rollout.temperature,
+                top_p=c.rollout.top_p,
+                seed=c.seed,
+                **self._eval_kw(),
+            )
 
     def _sampled(self, params, boards, k, desc):
         c = self.config
@@ -408,11 +418,12 @@ class StageRunner:
         env_config = EnvConfig.from_json(meta.history[-1])
         weights = meta.weights[-1]
         need = c.grpo.steps * c.grpo.prompts * (1 + c.grpo.dynamic_sampling_rounds)
+        self.timer.reset()
+        started = time.time()
         with self._resumable(state, ref, meta):
             pool = self._boards(env_config, self._key(100, s), need)
         if c.grpo.guidance == "canonical":
             pool = sft.canonical_plans(pool, env_config.max_size, env_config.max_agents)
-        started = time.time()
         for step in tqdm(
             range(meta.step, c.grpo.steps),
             desc=f"stage {s}",
@@ -421,9 +432,11 @@ class StageRunner:
             total=c.grpo.steps,
         ):
             global_step = s * c.grpo.steps + step
-            state, ro, drawn, metrics = grpo_step(
-                self.policy, self.trainer, c, state, ref, pool, step, weights, global_step
-            )
+            # A SIGTERM during the step's rollouts checkpoints the state before it (the resume redoes it).
+            with self._resumable(state, ref, meta):
+                state, ro, drawn, metrics = grpo_step(
+                    self.policy, self.trainer, c, state, ref, pool, step, weights, global_step
+                )
             self._log_step(global_step, ro, drawn, metrics, env_config)
             meta.trajectory.append({"stage": s, "step": step, **trajectory_point(drawn, metrics)})
             meta.step = step + 1
@@ -459,7 +472,8 @@ class StageRunner:
             record = None
             if not last:
                 self._check_stop()
-                record = self.engineer.propose(state.params, account, env_config, self.first, weights)
+                with self.timer.phase("engineer"):
+                    record = self.engineer.propose(state.params, account, env_config, self.first, weights)
                 meta.records.append(record)
                 meta.history.append(record["config"])
                 meta.weights.append(record["reward_weights"])
@@ -472,7 +486,10 @@ class StageRunner:
                     ),
                 )
                 self._write_records(meta)
-        self._summary(s, env_config, account, entry, record, time.time() - started)
+        seconds = time.time() - started
+        times = self.timer.totals(jax.devices())
+        self._log_times(global_step, times, seconds)
+        self._summary(s, env_config, account, entry, record, seconds, times)
         meta.stage, meta.step = s + 1, 0
         self._save(state, ref, meta)
         if self._term:  # (a signal during the engineer's decode: that checkpoint is the last)
@@ -513,7 +530,15 @@ class StageRunner:
             self.writer.image(step, "failures", boards_grid([ro.boards[i] for i in bad]))
         self.writer.flush()
 
-    def _summary(self, s, env_config, account, entry, record, seconds):
+    def _log_times(self, step, times, seconds):
+        """TensorBoard `time/<phase>_s` (and `_tokens_per_s`, `_mfu` where counted), `time/stage_s`."""
+        values = {"time/stage_s": seconds}
+        for phase, row in times.items():
+            values[f"time/{phase}_s"] = row["seconds"]
+            values.update({f"time/{phase}_{k}": row[k] for k in ("tokens_per_s", "mfu") if k in row})
+        self.writer.scalars(step, values)
+
+    def _summary(self, s, env_config, account, entry, record, seconds, times):
         if jax.process_index() != 0:
             return
         lines = [
@@ -538,4 +563,17 @@ class StageRunner:
         if record is not None:
             lines.append(f"engineer ({record['kind']}): {record['reason']}")
             lines.append(f"next config: {json.dumps(record['config']['buckets'])}")
+        lines.append("time: " + time_line(times, seconds))
         print("\n".join(lines), flush=True)
+
+
+def time_line(times: dict, seconds: float) -> str:
+    """`PhaseTimer.totals` in one line, phases in PHASES order, the rest as `other`."""
+    parts = []
+    for phase in [p for p in PHASES if p in times] + sorted(set(times) - set(PHASES)):
+        row = times[phase]
+        extra = [f"{row['tokens_per_s']:,.0f} tok/s"] if "tokens_per_s" in row else []
+        extra += [f"MFU {row['mfu']:.1%}"] if "mfu" in row else []
+        parts.append(f"{phase} {row['seconds']:.0f} s" + (f" ({', '.join(extra)})" if extra else ""))
+    other = seconds - sum(r["seconds"] for r in times.values())
+    return ", ".join(parts + [f"other {max(other, 0):.0f} s"])

@@ -4,6 +4,7 @@ preempted (SIGTERM) resumes to the same parameters as an uninterrupted run."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -120,8 +121,24 @@ def test_full_run_writes_everything(run):
         "monitor/avg_valid",
         "ood/ood_dense/valid",
         "sft/nll",
+        "time/stage_s",
+        "time/generation_s",
+        "time/generation_tokens_per_s",
+        "time/update_tokens_per_s",
+        "time/certification_s",
+        "time/evaluation_s",
+        "time/engineer_s",
     ):
         assert tag in tags["scalars"], tag
+    # Where the time went: the phases never overlap, so they sum to at most the stage's wall time.
+    phases = [t for t in tags["scalars"] if re.fullmatch(r"time/[a-z]+_s", t) and t != "time/stage_s"]
+    spent = {}
+    for tag in phases:
+        for e in acc.Scalars(tag):
+            spent[e.step] = spent.get(e.step, 0.0) + e.value
+    stages = {e.step: e.value for e in acc.Scalars("time/stage_s")}
+    assert len(stages) == 2 and all(0 < spent[step] <= total + 1e-6 for step, total in stages.items())
+    assert re.search(r"time: generation \d+ s \([\d,]+ tok/s\), certification \d+ s, scoring \d+ s, ", stdout), stdout
     assert "samples" in tags["tensors"] and "engineer/proposal" in tags["tensors"]
     assert "failures" in tags["images"]
     assert os.listdir(CACHE)  # the run filled the persistent compilation cache
@@ -468,3 +485,41 @@ def test_sigterm_inside_a_stage_end_checkpoints_within_one_batch_and_resumes_exa
     for a, b in zip(jax.tree.leaves(final_params(tmp_path)), jax.tree.leaves(final_params(workdir))):
         np.testing.assert_array_equal(a, b)
     assert json.load(open(tmp_path / "results.json")) == json.load(open(workdir / "results.json"))
+
+
+@pytest.mark.slow
+def test_sigterm_inside_a_steps_rollouts_stops_the_engine_and_redoes_the_step(run, tmp_path, monkeypatch):
+    """SIGTERM as stage 0's second GRPO step starts: its rollouts stop at the engine's next
+    chunk (no decode call runs), the checkpoint holds the state after step 1 of 2, exit status 0;
+    the resume redoes step 2 and ends with the uninterrupted run's parameters."""
+    import configs.stage
+    from t2t_jax import rundir, stages
+    from t2t_jax.stages import Preempted, StageRunner
+
+    workdir, _ = run
+    config = configs.stage.get_config("smoke")
+    config.compilation_cache = CACHE
+    rundir.open_run(str(tmp_path), config, resume=False).close()
+    runner = StageRunner(config, str(tmp_path), progress=False)
+    step_fn, decodes, signalled = stages.grpo_step, [], []
+
+    def step_then_signal(policy, trainer, c, state, ref, pool, step, *args):
+        if step == 1 and not signalled:
+            signalled.append(step)
+            os.kill(os.getpid(), signal.SIGTERM)  # (the handler only sets a flag)
+        return step_fn(policy, trainer, c, state, ref, pool, step, *args)
+
+    decode = runner.policy.sampler._decode
+    runner.policy.sampler._decode = lambda *a, **k: decodes.append(bool(signalled)) or decode(*a, **k)
+    monkeypatch.setattr(stages, "grpo_step", step_then_signal)
+    with pytest.raises(Preempted) as stopped:
+        runner.run()
+    assert stopped.value.code == 0 and signalled == [1]
+    assert decodes and not any(decodes)  # not one decode chunk after the signal
+    meta = runner.ckpt.meta(runner.ckpt.latest())
+    assert (meta["phase"], meta["stage"], meta["step"]) == ("grpo", 0, 1)
+
+    monkeypatch.setattr(stages, "grpo_step", step_fn)
+    StageRunner(config, str(tmp_path), progress=False).run(resume=True)
+    for a, b in zip(jax.tree.leaves(final_params(tmp_path)), jax.tree.leaves(final_params(workdir))):
+        np.testing.assert_array_equal(a, b)

@@ -50,8 +50,21 @@ def base() -> mlc.ConfigDict:
     )
     c.rewards = mlc.ConfigDict(dict(ACCURACY_FIRST))
 
+    # engine: "continuous" (t2t_jax/sampling/engine.py: `slots` rows in flight, `chunk` decode
+    # steps between admissions, per-row budgets) or "static" (the Sampler: one batch to its
+    # longest row); the same outputs for the same seed.
     c.rollout = mlc.ConfigDict(
-        dict(max_new_tokens=256, temperature=1.0, top_k=0, top_p=1.0, enable_thinking=False, prompt_style="full")
+        dict(
+            max_new_tokens=256,
+            temperature=1.0,
+            top_k=0,
+            top_p=1.0,
+            enable_thinking=False,
+            prompt_style="full",
+            engine="continuous",
+            slots=64,
+            chunk=32,
+        )
     )
     # SFT warm start (off unless steps > 0): AdamW as in `optim`, with its own rate and warmup,
     # cosine-decayed over the SFT steps; boards from `env` (EnvConfig JSON; empty: env.initial);

@@ -146,6 +146,7 @@ def _fields() -> dict[str, Spec]:
     from t2t_jax.models.qwen3.presets import PRESETS
     from t2t_jax.rl import grpo, sft
     from t2t_jax.rl.rewards import TERMS
+    from t2t_jax.sampling.engine import ENGINES
     from t2t_jax.stages import GUIDANCE, OLD_LOGPROBS
     from t2t_jax.text.prompts import PROMPT_STYLES
 
@@ -176,6 +177,9 @@ def _fields() -> dict[str, Spec]:
         "rollout.top_p": real(0.0, 1.0, lo_open=True),
         "rollout.enable_thinking": BOOL,
         "rollout.prompt_style": choice(*PROMPT_STYLES),
+        "rollout.engine": choice(*ENGINES),
+        "rollout.slots": integer(1),
+        "rollout.chunk": integer(1),
         "sft.steps": integer(0),
         "sft.batch_size": integer(1),
         "sft.boards": integer(1),

@@ -20,6 +20,7 @@ from t2t_jax.config import defaults, schema
 # Field -> the value a run made before the field existed behaved as (when not today's default).
 ADDED_AS: dict[str, Any] = {
     "train.share_prompts": False,  # added with default True; before it every row ran in full
+    "rollout.engine": "static",  # added with default "continuous"; before it the Sampler decoded each batch
 }
 
 

@@ -95,6 +95,7 @@ class Engineer:
             seed=seed,
             constraint=constraint,
             params=params,
+            check=self.policy.check,
         )
         lengths = np.asarray(out.lengths)
         return self.policy.decode(np.asarray(out.tokens), lengths)[0], bool(out.truncated[0])

@@ -18,8 +18,11 @@ import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+import jax
 import numpy as np
 
+from t2t_jax.models.qwen3.presets import Qwen3Config
+from t2t_jax.perf import PhaseTimer, model_flops
 from t2t_jax.rl import grpo
 from t2t_jax.rollout import Rollouts, concat, guide
 
@@ -101,15 +104,25 @@ def grpo_step(policy, trainer, config, state, ref, boards, step: int, weights, g
     if g.old_logprobs == "sampler":
         batch["old_logps"] = ro.logprobs
     batch = trainer.shard(batch)
-    if g.old_logprobs == "recompute" and g.num_iterations > 1:
-        batch["old_logps"] = trainer.logprobs(state.params, batch)
-    if g.beta:
-        batch["ref_logps"] = trainer.logprobs(ref, batch)
-    t0 = time.time()
-    for _ in range(g.num_iterations):
-        state, update = trainer.update(state, batch)
-    metrics = {**{k: float(v) for k, v in update.items()}, **metrics, "no_signal": 0.0}
-    tokens = float(ro.completion_mask.sum() + ro.prompt_mask.sum()) * g.num_iterations
-    metrics["tokens_per_s"] = tokens / max(time.time() - t0, 1e-9)
+    timer = getattr(policy, "timer", None) or PhaseTimer()
+    with timer.phase("logprobs"):
+        if g.old_logprobs == "recompute" and g.num_iterations > 1:
+            batch["old_logps"] = jax.block_until_ready(trainer.logprobs(state.params, batch))
+        if g.beta:
+            batch["ref_logps"] = jax.block_until_ready(trainer.logprobs(ref, batch))
+    rows, tokens = len(ro.texts), int(ro.completion_mask.sum() + ro.prompt_mask.sum()) * g.num_iterations
+    with timer.phase("update"):
+        t0 = time.time()
+        for _ in range(g.num_iterations):
+            state, update = trainer.update(state, batch)
+        metrics = {**{k: float(v) for k, v in update.items()}, **metrics, "no_signal": 0.0}
+        metrics["tokens_per_s"] = tokens / max(time.time() - t0, 1e-9)
+        model = getattr(trainer, "model_config", None)  # (model FLOPs are counted for Qwen3s)
+        per_update = (
+            model_flops(model, "train", rows, tokens / g.num_iterations / rows)
+            if isinstance(model, Qwen3Config)
+            else 0.0
+        )
+        timer.add("update", tokens=tokens, flops=per_update * g.num_iterations)
     trainer.check_finite(metrics)
     return StepOutput(state, ro, concat(drawn), metrics)

@@ -114,7 +114,7 @@ def _shared_prompt_hidden(model, batch, group: int):
         return jnp.broadcast_to(x[:, None], (x.shape[0], group) + x.shape[1:]).reshape((b,) + x.shape[1:])
 
     cache = model.init_cache(b // group, p + c)
-    h_prompt, cache = model.hidden(first(batch["prompt_ids"]), first(batch["prompt_mask"]), cache)
+    h_prompt, cache = model.hidden(first(batch["prompt_ids"]), first(batch["prompt_mask"]), cache, prefill=True)
     cache = cache.map_rows(spread)
     h_completion, _ = model.hidden(batch["completion_ids"], batch["completion_mask"], cache)
     return jnp.concatenate([spread(h_prompt[:, -1:]), h_completion[:, :-1]], axis=1)
@@ -202,6 +202,7 @@ class Trainer:
         if loss not in LOSS_FNS:
             raise ValueError(f"loss: {loss!r} is not one of {sorted(LOSS_FNS)}")
         self.config, self.loss, self.mesh = config, loss, mesh
+        self.model_config = getattr(model, "config", None)  # (for model-FLOPs counts)
         self.group = prompt_group(config) if loss == "grpo" else 1
         self.graphdef, self.initial_params = nnx.split(model)
         optim = config.optim if optim is None else optim

@@ -16,8 +16,8 @@ before decoding, and row i * n + j is sample j of prompt i. The decode loop is a
 `lax.while_loop` that stops when every row has stopped or at the budget; the cache lives inside
 the compiled call and is updated in place, and the layer weights are unstacked once before the
 loop (`Qwen3.unstack_layers`), so no step copies them. Sampling parameters (temperature, top_k,
-top_p, the seed) are traced, so changing them does not recompile; the shapes and `n` are static. Each step
-draws with `fold_in(key, step)` and each row with `fold_in(step_key, row)`. A `constraint`
+top_p, the seed) are traced, so changing them does not recompile; the shapes and `n` are static. Row r
+draws its step t with `fold_in(fold_in(key, t), r)` (`row_keys`, the stream engine.py follows too). A `constraint`
 (constrained.py) masks each step's logits to the tokens its automaton allows.
 """
 
@@ -57,8 +57,16 @@ def filter_logits(logits, top_k, top_p):
     return jnp.where((top_p < 1.0) & (logits < cutoff), -jnp.inf, logits)
 
 
-def sample_step(key, logits, temperature, top_k, top_p):
-    """logits [R, V] fp32 -> (tokens [R], logprobs [R]); greedy where temperature == 0.
+def row_keys(key, steps, rows):
+    """The sampling stream: row r at its step t draws with fold_in(fold_in(key, t), r).
+    steps, rows: [R] int (or steps a scalar shared by all rows) -> keys [R]."""
+    steps = jnp.broadcast_to(steps, rows.shape)
+    return jax.vmap(lambda t, r: jax.random.fold_in(jax.random.fold_in(key, t), r))(steps, rows)
+
+
+def sample_step(keys, logits, temperature, top_k, top_p):
+    """logits [R, V] fp32, keys [R] (`row_keys`) -> (tokens [R], logprobs [R]); greedy where
+    temperature == 0.
 
     The log-prob is of the full softmax of logits / temperature, also under top-k / top-p (the
     policy the trainer scores, not the renormalised nucleus the token was drawn from).
@@ -76,7 +84,6 @@ def sample_step(key, logits, temperature, top_k, top_p):
         filtered = jax.lax.cond(
             (top_k > 0) | (top_p < 1.0), lambda: filter_logits(scaled, top_k, top_p), lambda: scaled
         )
-        keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(logits.shape[0]))
         tokens = jax.vmap(jax.random.categorical)(keys, filtered)
         logp = jax.nn.log_softmax(scaled, axis=-1)
         return tokens, jnp.take_along_axis(logp, tokens[:, None], axis=-1)[:, 0]
@@ -103,7 +110,7 @@ def _generate(
     model = nnx.merge(graphdef, state)
     b, p = input_ids.shape
     cache = model.init_cache(b, p + max_new_tokens)
-    hidden, cache = model.hidden(input_ids, attention_mask, cache=cache)  # scanned prefill
+    hidden, cache = model.hidden(input_ids, attention_mask, cache=cache, prefill=True)  # scanned prefill
     layers = model.unstack_layers()  # once, outside the loop (see Qwen3.hidden)
     last = model.logits_from_hidden(hidden[:, -1])  # the prompt's last position only
     rows = b * n
@@ -118,7 +125,7 @@ def _generate(
         if constraint is not None:
             allowed = constrained.allowed_mask(constraint, fsm, last.shape[-1], stop_ids)
             last = jnp.where(allowed, last, -jnp.inf)
-        tok, lp = sample_step(jax.random.fold_in(key, t), last, temperature, top_k, top_p)
+        tok, lp = sample_step(row_keys(key, t, jnp.arange(rows)), last, temperature, top_k, top_p)
         tok = jnp.where(done, pad_id, tok)
         lp = jnp.where(done, 0.0, lp)
         tokens = tokens.at[:, t].set(tok)
@@ -173,12 +180,17 @@ class Sampler:
         seed: int = 0,
         constraint: Constraint | None = None,
         params=None,
+        check=None,
     ) -> SampleOutput:
         """input_ids, attention_mask: [B, P] left-padded -> SampleOutput with B * n rows.
 
         constraint: a `Constraint` (constrained.py) every row's text must follow; the stop ids
         are allowed only where the text so far is a complete match. params: weights to sample
-        with instead of the model's own (an `nnx.State` of the same model, e.g. the trainer's)."""
+        with instead of the model's own (an `nnx.State` of the same model, e.g. the trainer's).
+        check: called once before decoding, may raise to stop (one `while_loop` decodes the whole
+        batch, so nothing can stop it midway; the Engine calls it between chunks)."""
+        if check is not None:
+            check()
         state = nnx.state(self.model) if params is None else params
         return self._jit(
             self.graphdef,

@@ -31,10 +31,12 @@ def load_local(run: str = "", hf: str = "", enable_thinking: bool = False, style
         return Local(runner.policy, runner.latest_params(), runner.config.rollout.max_new_tokens, name)
     from t2t_jax import models
     from t2t_jax.rollout import Policy
-    from t2t_jax.sampling import Sampler
+    from t2t_jax.sampling import make_sampler
     from t2t_jax.text.tokenizer import load_tokenizer, stop_ids
 
     tok = load_tokenizer(hf)
     model = models.from_pretrained(hf)
-    policy = Policy(Sampler(model, stop_ids(tok), tok.pad_token_id), tok, enable_thinking=enable_thinking, style=style)
+    policy = Policy(
+        make_sampler(model, stop_ids(tok), tok.pad_token_id), tok, enable_thinking=enable_thinking, style=style
+    )
     return Local(policy, None, 4096, os.path.basename(os.path.abspath(hf)))
