@@ -35,7 +35,10 @@ def get_config(arg: str = ""):
         }
     )
     # The continuous-batching engine: 64 rows in flight, so a 7,000-token reply holds one slot, not
-    # the whole batch.
+    # the whole batch; on TPU its cache is paged (rollout.kv=auto), a pool of every slot's 8,704
+    # tokens (pages=0: no row waits). A pool of fewer pages holds more slots in the same memory:
+    # slots=256 with pages=8720 (557,056 tokens, a mean of 2,176 per row) fit v5e-16 in 5.4 GiB
+    # (`launch.aot --what=paged_decode`, docs/model.md); rows beyond it wait or are recomputed.
     c.rollout.update(
         max_new_tokens=8192,
         temperature=1.0,

@@ -22,7 +22,11 @@ What is compiled:
   a frozen reference model when beta > 0 (`ref_model_bytes` per chip, not in `fits`) and
   per-token log-prob work of the same order as this step.
 - prefill: the sampler's first call, prompts into an empty KV cache (through the kernel).
-- decode: one sampler step, a token per row over the whole cache (dense; paged KV is issue 21).
+- decode: one sampler step, a token per row over the whole dense cache.
+- paged_decode: one engine step through the paged cache (t2t_jax/models/paged.py): the Pallas
+  `paged_attention` kernel (with --attention=splash / auto; else the gathered dense one), a pool of
+  --kv_tokens tokens in pages of --page_size (0: every row at --decode_length, the dense cache's
+  tokens) split over the batch axes with the rows, kv heads over `tensor`.
 Parameters are abstract (`jax.ShapeDtypeStruct` with shardings): no weights needed.
 
 `--suggest` searches micro-batch counts (1, 2, 4, ...) x meshes for the fewest micro-batches that
@@ -45,6 +49,7 @@ if __name__ == "__main__":  # restart with the malloc tunable before jax loads: 
     hostenv.reexec_with_malloc_tunables()
 
 import json
+import math
 import os
 import time
 
@@ -62,6 +67,7 @@ from ml_collections import config_flags  # noqa: E402
 
 from t2t_jax import sharding  # noqa: E402
 from t2t_jax.models import qwen3  # noqa: E402
+from t2t_jax.models.paged import PagedKV, pool_shards  # noqa: E402
 from t2t_jax.perf import CHIPS, model_flops  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -76,9 +82,18 @@ flags.DEFINE_integer("attn_chunk", 0, "Query block of the chunked attention kern
 flags.DEFINE_string(
     "attention", "xla", "Attention kernel: xla, chunked (with --attn_chunk), splash (Pallas, TPU), auto (splash)."
 )
-flags.DEFINE_list("what", ["train"], "What to compile: train (the update), prefill, decode (one sampler step).")
+flags.DEFINE_list(
+    "what",
+    ["train"],
+    "What to compile: train (the update), prefill, decode (one sampler step, dense cache), paged_decode (one engine "
+    "step through the paged cache).",
+)
 flags.DEFINE_integer("decode_batch", 64, "Rows of the decode step (prompts x samples: 8 x 8).")
 flags.DEFINE_integer("decode_length", 8192, "KV cache length of the decode step (prompt + new tokens).")
+flags.DEFINE_integer("page_size", 64, "paged_decode: tokens per page.")
+flags.DEFINE_integer(
+    "kv_tokens", 0, "paged_decode: tokens the page pool holds over all rows (0: every row at --decode_length)."
+)
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "A stage-loop config (e.g. configs/qwen3_4b.py): its model and shapes replace the flags above."
 )
@@ -240,6 +255,62 @@ def compile_decode(config, topo, mesh, rows):
     return compiled, seconds, dict(rows=rows, length=1, cache_length=s, attention="xla (decode step)")
 
 
+def paged_cache_spec(config, mesh, rows, length):
+    """An abstract paged cache: a pool of --kv_tokens tokens (pages over the batch axes, kv heads
+    over `tensor` where they divide, a null page per shard), a table of `length` tokens per row."""
+    batch_axes = sharding.batch_sharding(mesh).spec[0]
+    kv = "tensor" if "tensor" in mesh.shape and config.num_key_value_heads % mesh.shape["tensor"] == 0 else None
+    shards, page = pool_shards(mesh, rows), FLAGS.page_size
+    tokens = FLAGS.kv_tokens or rows * length
+    pages = -(-(-(-tokens // page) + shards) // shards) * shards
+    pool = jax.ShapeDtypeStruct(
+        (config.num_key_value_heads, pages, page, config.head_dim),
+        jnp.bfloat16,
+        sharding=NamedSharding(mesh, PartitionSpec(kv, batch_axes, None, None)),
+    )
+    layers = tuple(pool for _ in range(config.num_hidden_layers))
+    return PagedKV(
+        k=layers,
+        v=layers,
+        table=jax.ShapeDtypeStruct((rows, -(-length // page)), jnp.int32, sharding=sharding.batch_sharding(mesh)),
+        lengths=jax.ShapeDtypeStruct((rows,), jnp.int32, sharding=sharding.batch_sharding(mesh, 1)),
+    ), pages
+
+
+def compile_paged_decode(config, topo, mesh, rows):
+    """One engine decode step through the paged cache: a token per row, the pools donated."""
+    graphdef, params, param_shardings = abstract_model(config, mesh, "bfloat16")
+    s = FLAGS.decode_length
+    tok = jax.ShapeDtypeStruct((rows, 1), jnp.int32, sharding=sharding.batch_sharding(mesh))
+    kernel = nnx.merge(graphdef, params).paged_kernel
+
+    def step(params, cache, tok):
+        model = nnx.merge(graphdef, params)
+        logits, cache = model(tok, jnp.ones(tok.shape, bool), cache=cache, layers=model.unstack_layers())
+        return jnp.argmax(logits[:, -1], -1), cache
+
+    cache, pages = paged_cache_spec(config, mesh, rows, s)
+    args = (abstract(params, param_shardings), cache, tok)
+    compiled, seconds = timed_compile(jax.jit(step, donate_argnums=(1,)), *args)
+    pool = cache.k[0]
+    per_chip = math.prod(pool.sharding.shard_shape(pool.shape)) * pool.dtype.itemsize * 2 * len(cache.k)
+    held = (pages - pool_shards(mesh, rows)) * FLAGS.page_size  # (the pool's tokens, null pages aside)
+    return (
+        compiled,
+        seconds,
+        dict(
+            rows=rows,
+            length=1,
+            cache_length=held // rows,  # (tokens a row holds on average when the pool is full)
+            attention=kernel,
+            page_size=FLAGS.page_size,
+            pages=pages,
+            kv_tokens=held,
+            pool_bytes_per_chip=int(per_chip),
+        ),
+    )
+
+
 def compile_prefill(config, topo, mesh, rows):
     """The sampler's prefill: `rows` prompts of --prompt_tokens into an empty cache of
     --decode_length slots (through the model's kernel), the last position's logits out."""
@@ -284,7 +355,12 @@ def timed_compile(fn, *args):
     return compiled, time.perf_counter() - start
 
 
-COMPILERS = {"train": compile_train, "prefill": compile_prefill, "decode": compile_decode}
+COMPILERS = {
+    "train": compile_train,
+    "prefill": compile_prefill,
+    "decode": compile_decode,
+    "paged_decode": compile_paged_decode,
+}
 
 
 def compile_row(config, what: str, topo_name: str, axes: dict, rows: int) -> dict:

@@ -34,12 +34,13 @@ def model_flops(config, what: str, rows: int, length: int, cache_length: int = 0
     """Model FLOPs of one step over `rows` x `length` tokens (the MFU convention: no remat
     recompute): 2 per matmul weight per token forward (the LM head included), attention's two
     [T, S] products (causal: S = T / 2 on average; `decode` attends over all `cache_length`
-    slots), and x3 for the backward pass of `train`. `config`: a Qwen3Config."""
+    slots, `paged_decode` over the `cache_length` tokens a row holds on average), and x3 for the
+    backward pass of `train`. `config`: a Qwen3Config."""
     from t2t_jax.models.qwen3.model import num_params
 
     c = config
     matmul = num_params(c) - c.hidden_size - (0 if c.tie_word_embeddings else c.vocab_size * c.hidden_size)
-    keys = cache_length if what == "decode" else length / 2
+    keys = cache_length if what in ("decode", "paged_decode") else length / 2
     forward = 2 * matmul + 4 * c.num_hidden_layers * c.num_attention_heads * c.head_dim * keys
     return (3 if what == "train" else 1) * forward * rows * length
 

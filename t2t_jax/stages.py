@@ -119,7 +119,15 @@ class StageRunner:
         self.model = models.build(c.model, c.seed, self.mesh)
         r = c.rollout
         sampler = make_sampler(
-            self.model, stop_ids(self.tokenizer), self.tokenizer.pad_token_id, r.engine, r.slots, r.chunk
+            self.model,
+            stop_ids(self.tokenizer),
+            self.tokenizer.pad_token_id,
+            r.engine,
+            r.slots,
+            r.chunk,
+            kv=r.kv,
+            page_size=r.page_size,
+            pages=r.pages,
         )
         self.first = first = EnvConfig.from_json(c.env.initial)
         self.policy = Policy(

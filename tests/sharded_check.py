@@ -13,7 +13,9 @@ from flax import nnx  # noqa: E402
 
 from t2t_jax import sharding  # noqa: E402
 from t2t_jax.models import qwen3  # noqa: E402
-from t2t_jax.sampling import Sampler  # noqa: E402
+from t2t_jax.sampling import Engine, Sampler  # noqa: E402
+
+PAGED_MESHES = ({"fsdp": 4, "tensor": 2}, {"data": 2, "fsdp": 2, "tensor": 2})
 
 
 def sample(model, ids, mask):
@@ -65,6 +67,14 @@ def main(path):
             np.testing.assert_array_equal(got, want, err_msg=f"sampled tokens, {axes}")
         for got, want in zip(samples[1::2], single_samples[1::2]):
             np.testing.assert_allclose(got, want, atol=1e-4, err_msg=f"sampled logprobs, {axes}")
+        if axes in PAGED_MESHES:  # the paged engine: pools and slots split over the batch axes, kv heads over tensor
+            engine = Engine(model, [95], 0, slots=8, chunk=3, kv="paged", page_size=4, pages=24)
+            assert engine.shards == axes.get("data", 1) * axes.get("fsdp", 1)
+            got = engine.generate(ids, mask, 6, temperature=1.0, n=2, seed=3)
+            np.testing.assert_array_equal(got.tokens, single_samples[2], err_msg=f"paged engine, {axes}")
+            np.testing.assert_allclose(got.logprobs, single_samples[3], atol=1e-4, err_msg=f"paged engine, {axes}")
+            # (4 shards of 5 usable pages, 2 slots each, rows of 4 pages: the second row of a shard waits)
+            print("ok paged", axes)
         placed = sharding.shard_model(qwen3.from_pretrained(path), mesh)  # after the fact
         assert placed.layers["q_proj"].value.sharding == q.sharding
         print("ok", axes, q.sharding.spec)

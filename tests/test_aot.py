@@ -70,18 +70,46 @@ def test_suggest_prints_the_fewest_micro_batches_that_fit_and_their_overrides():
     }
 
 
+def test_the_paged_decode_step_lowers_the_pallas_kernel_and_its_pool_follows_kv_tokens():
+    """qwen3-0.6b (head_dim 128: the kernel's TPU tiling) on a v5e:2x2 over fsdp=2 x tensor=2: the
+    paged step compiles with `paged_attention` for real chips, and a pool of a quarter of the
+    tokens takes a quarter of the pool's memory."""
+    flags = (
+        "--preset=qwen3-0.6b",
+        "--topologies=v5e:2x2",
+        "--attention=splash",
+        "--what=paged_decode",
+        "--decode_batch=8",
+        "--decode_length=1024",
+        "--page_size=64",
+        "--meshes=fsdp=2xtensor=2",
+    )
+    (full,) = aot(*flags)
+    (quarter,) = aot(*flags, "--kv_tokens=2048")
+    assert full["fits"] and full["attention"] == "paged" and "error" not in full, full
+    assert (full["pages"], full["kv_tokens"], quarter["pages"], quarter["kv_tokens"]) == (130, 8192, 34, 2048)
+    c = {"layers": 28, "kv_heads": 8, "head_dim": 128}  # (qwen3-0.6b)
+    pool = 2 * c["layers"] * (c["kv_heads"] // 2) * (130 // 2) * 64 * c["head_dim"] * 2  # k and v, bf16, per chip
+    assert full["pool_bytes_per_chip"] == pool
+    saved = full["argument_bytes"] - quarter["argument_bytes"]
+    assert saved == full["pool_bytes_per_chip"] - quarter["pool_bytes_per_chip"] > 0
+
+
 @pytest.mark.slow
 def test_the_paper_config_fits_a_v5e_and_a_v5p_mesh():
     """configs/qwen3_4b.py: its GRPO micro-batch (32 sequences of 512 + 8,192 tokens, splash) and
-    the engine's decode step (rollout.slots = 64 rows over an 8,704-token cache)."""
+    the engine's decode step (rollout.slots = 64 rows over an 8,704-token cache), dense and paged
+    (the Pallas kernel, a pool of every row's 8,704 tokens)."""
     rows = aot(
         "--config=configs/qwen3_4b.py",
         "--topologies=v5e:4x4,v5p:4x4x4",
         "--meshes=fsdp=16,fsdp=32xtensor=2",
-        "--what=train,decode",
+        "--what=train,decode,paged_decode",
     )
     implied, *rows = rows
     assert implied["from_config"]["batch"] == 32 and implied["from_config"]["length"] == 8704
     assert implied["from_config"]["decode_batch"] == 64
     fits = {(r["topology"], r["what"]): r["fits"] for r in rows}
-    assert fits == {(t, w): True for t in ("v5e:4x4", "v5p:4x4x4") for w in ("train", "decode")}, rows
+    assert fits == {(t, w): True for t in ("v5e:4x4", "v5p:4x4x4") for w in ("train", "decode", "paged_decode")}, rows
+    paged = [r for r in rows if r["what"] == "paged_decode"]
+    assert all(r["attention"] == "paged" and r["kv_tokens"] == 64 * 8704 for r in paged), paged

@@ -52,7 +52,10 @@ def base() -> mlc.ConfigDict:
 
     # engine: "continuous" (t2t_jax/sampling/engine.py: `slots` rows in flight, `chunk` decode
     # steps between admissions, per-row budgets) or "static" (the Sampler: one batch to its
-    # longest row); the same outputs for the same seed.
+    # longest row); the same outputs for the same seed. kv: the engine's cache, "dense" (slots x
+    # length per layer), "paged" (a pool of `pages` pages of `page_size` tokens shared by the slots:
+    # memory follows the tokens held; pages 0: enough for every slot's full length) or "auto"
+    # (paged on TPU, dense elsewhere); t2t_jax/models/paged.py.
     c.rollout = mlc.ConfigDict(
         dict(
             max_new_tokens=256,
@@ -64,6 +67,9 @@ def base() -> mlc.ConfigDict:
             engine="continuous",
             slots=64,
             chunk=32,
+            kv="auto",
+            page_size=64,
+            pages=0,
         )
     )
     # SFT warm start (off unless steps > 0): AdamW as in `optim`, with its own rate and warmup,

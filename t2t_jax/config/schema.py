@@ -146,7 +146,7 @@ def _fields() -> dict[str, Spec]:
     from t2t_jax.models.qwen3.presets import PRESETS
     from t2t_jax.rl import grpo, sft
     from t2t_jax.rl.rewards import TERMS
-    from t2t_jax.sampling.engine import ENGINES
+    from t2t_jax.sampling.engine import ENGINES, KV_CHOICES
     from t2t_jax.stages import GUIDANCE, OLD_LOGPROBS
     from t2t_jax.text.prompts import PROMPT_STYLES
 
@@ -180,6 +180,9 @@ def _fields() -> dict[str, Spec]:
         "rollout.engine": choice(*ENGINES),
         "rollout.slots": integer(1),
         "rollout.chunk": integer(1),
+        "rollout.kv": choice(*KV_CHOICES),
+        "rollout.page_size": integer(1),
+        "rollout.pages": integer(0),
         "sft.steps": integer(0),
         "sft.batch_size": integer(1),
         "sft.boards": integer(1),

@@ -21,6 +21,7 @@ from t2t_jax.config import defaults, schema
 ADDED_AS: dict[str, Any] = {
     "train.share_prompts": False,  # added with default True; before it every row ran in full
     "rollout.engine": "static",  # added with default "continuous"; before it the Sampler decoded each batch
+    "rollout.kv": "dense",  # added with default "auto" (paged on TPU); before it the engine's cache was dense
 }
 
 

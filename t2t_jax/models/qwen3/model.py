@@ -25,6 +25,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from t2t_jax.models import attention as attention_lib
+from t2t_jax.models import paged as paged_lib
+from t2t_jax.models.paged import PagedKV
 from t2t_jax.models.qwen3.presets import Qwen3Config
 
 REMAT_POLICIES = {
@@ -134,13 +136,15 @@ def _dense_bwd(out_dtype, res, g):
 dense.defvjp(_dense_fwd, _dense_bwd)
 
 
-def _layer(config: Qwen3Config, x, w, cos, sin, mask, cache_kv=None, index=None, attn=None, pad=None):
+def _layer(config: Qwen3Config, x, w, cos, sin, mask, cache_kv=None, index=None, attn=None, pad=None, mix=None):
     """One decoder layer. x: [B, T, D]; w: this layer's weights; cache_kv: this layer's cached
     ([B, K, S, E] x 2), with this step's keys/values written at slot `index`. With `pad` [B, T]
     (x's real tokens) attention runs within x only, `mask` [B, T, T] (no cache, or a prefill into
     an empty one); without, over the cache's S slots, `mask` [B, T, S]. `attn(q, k, v, mask,
-    pad)`: the attention kernel (models/attention.py; None: the dense one). Returns (x, (k, v)):
-    the updated cache arrays, or without a cache this step's keys and values [B, K, T, E]."""
+    pad)`: the attention kernel (models/attention.py; None: the dense one). `mix(q, k, v) ->
+    (out [B, T, H * E], cache arrays)` replaces the cache write and attention (a paged cache).
+    Returns (x, (k, v)): the updated cache arrays, or without a cache this step's keys and values
+    [B, K, T, E]."""
     c = config
     b, t, _ = x.shape
     h = rms_norm(x, w["input_norm"], c.rms_norm_eps)
@@ -151,6 +155,9 @@ def _layer(config: Qwen3Config, x, w, cos, sin, mask, cache_kv=None, index=None,
     k = rms_norm(k, w["k_norm"], c.rms_norm_eps).transpose(0, 2, 1, 3)
     v = v.transpose(0, 2, 1, 3)
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    if mix is not None:
+        out, kv = mix(q, k, v)
+        return _mlp(c, x + dense(out, w["o_proj"]), w), kv
     if cache_kv is not None:
         k, v = k.astype(cache_kv[0].dtype), v.astype(cache_kv[1].dtype)  # (as a decode step will read them)
         k_all, v_all = write_at(cache_kv[0], k, index, axis=2), write_at(cache_kv[1], v, index, axis=2)
@@ -159,9 +166,13 @@ def _layer(config: Qwen3Config, x, w, cos, sin, mask, cache_kv=None, index=None,
     keys, values = (k, v) if pad is not None else (k_all, v_all)
     attn = attn or functools.partial(attention_lib.attend, "xla")
     x = x + dense(attn(q, keys.astype(q.dtype), values.astype(q.dtype), mask, pad), w["o_proj"])
+    return _mlp(c, x, w), (k_all, v_all)
+
+
+def _mlp(c: Qwen3Config, x, w):
+    """The layer's second half: x + SwiGLU(RMSNorm(x))."""
     h = rms_norm(x, w["post_norm"], c.rms_norm_eps)
-    x = x + dense(jax.nn.silu(dense(h, w["gate_proj"])) * dense(h, w["up_proj"]), w["down_proj"])
-    return x, (k_all, v_all)
+    return x + dense(jax.nn.silu(dense(h, w["gate_proj"])) * dense(h, w["up_proj"]), w["down_proj"])
 
 
 class Qwen3(nnx.Module):
@@ -222,6 +233,14 @@ class Qwen3(nnx.Module):
             else nnx.Param(init(rngs.params(), (c.vocab_size, c.hidden_size), param_dtype))
         )
 
+    @property
+    def paged_kernel(self) -> str:
+        """The decode kernel of a paged cache (models/paged.py): the Pallas one with splash
+        (the TPU kernels, interpret mode off TPU) where the head size suits its TPU tiling (on
+        TPU a multiple of 128: every Qwen3 preset but `tiny`), else the gathered dense one."""
+        tiles = self.config.head_dim % 128 == 0 or attention_lib.platform_of(self.mesh) != "tpu"
+        return "paged" if self.attention == "splash" and tiles else "gather"
+
     def attend(self, q, k, v, mask, pad=None, chunk: int = 0):
         """This model's attention kernel (models/attention.py `attend`)."""
         return attention_lib.attend(self.attention, q, k, v, mask, pad, chunk, self.mesh)
@@ -252,6 +271,22 @@ class Qwen3(nnx.Module):
             index=jnp.int32(0),
         )
 
+    def init_paged_cache(self, slots: int, pages: int, page_size: int, pages_per_slot: int, dtype=None) -> PagedKV:
+        """An empty paged cache (models/paged.py): `pages` pages of `page_size` tokens per layer
+        shared by `slots` slots of up to `pages_per_slot` pages each."""
+        c = self.config
+        return paged_lib.empty(
+            c.num_hidden_layers,
+            c.num_key_value_heads,
+            c.head_dim,
+            slots=slots,
+            pages=pages,
+            page_size=page_size,
+            pages_per_slot=pages_per_slot,
+            dtype=dtype or self.dtype,
+            mesh=self.mesh,
+        )
+
     def stacked_layers(self) -> dict:
         """{name: [L, ...]} layer weights in the compute dtype (norms as stored)."""
         return {k: p.value.astype(self.dtype) if k not in NORMS else p.value for k, p in self.layers.items()}
@@ -280,6 +315,8 @@ class Qwen3(nnx.Module):
         b, t = input_ids.shape
         mask = jnp.ones((b, t), bool) if attention_mask is None else attention_mask.astype(bool)
         x = self.embed.value[input_ids].astype(self.dtype)
+        if isinstance(cache, PagedKV):
+            return self._paged_step(x, mask, cache, layers)
         within = cache is None or (prefill and self.attention in attention_lib.FLASH)  # (self-attention)
         index = None if cache is None else cache.index
         if within:
@@ -331,6 +368,30 @@ class Qwen3(nnx.Module):
             next_pos=cache.next_pos + jnp.sum(mask, axis=1).astype(jnp.int32),
             index=cache.index + t,
         )
+
+    def _paged_step(self, x, mask, cache: PagedKV, layers=None):
+        """One decode step into a paged cache: x [S, 1, D] embedded tokens, mask [S, 1] the
+        active slots (the others write to the null page and keep their length) -> (hidden
+        [S, 1, D], cache)."""
+        c = self.config
+        if x.shape[1] != 1:
+            raise ValueError(f"a paged cache takes one token per slot per call (decode steps), got {x.shape[1]}")
+        active = mask[:, 0]
+        cos, sin = rope(cache.lengths[:, None], c.head_dim, c.rope_theta)  # (slot token j has position j)
+        new_k, new_v = [], []
+        for i, w in enumerate(layers if layers is not None else self.unstack_layers()):
+            mix = functools.partial(self._paged_mix, k_pool=cache.k[i], v_pool=cache.v[i], cache=cache, active=active)
+            x, (k, v) = _layer(c, x, w, cos, sin, None, mix=mix)
+            new_k.append(k)
+            new_v.append(v)
+        x = rms_norm(x, self.final_norm.value, c.rms_norm_eps)
+        return x, cache.replace(k=tuple(new_k), v=tuple(new_v), lengths=cache.lengths + active.astype(jnp.int32))
+
+    def _paged_mix(self, q, k, v, *, k_pool, v_pool, cache, active):
+        out, k_pool, v_pool = paged_lib.decode_attention(
+            q, k, v, k_pool, v_pool, cache.table, cache.lengths, active, self.paged_kernel, self.mesh
+        )
+        return out, (k_pool, v_pool)
 
     def logits_from_hidden(self, h):
         """[..., D] -> [..., V] logits in fp32."""
