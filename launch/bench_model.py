@@ -55,6 +55,8 @@ flags.DEFINE_integer("group_size", 8, "Samples per prompt of the shared-prompt r
 flags.DEFINE_integer("slots", 64, "Rows in flight of the engine bench (the static side's batch).")
 flags.DEFINE_integer("chunk", 32, "Decode steps per engine call.")
 flags.DEFINE_integer("requests", 256, "Requests per mix of the engine bench.")
+flags.DEFINE_list("mixes", ["default_lengths", "heavy_tailed"], "Request mixes of the engine bench.")
+flags.DEFINE_string("kv", "dense", "The engine bench's cache: dense or paged (rollout.kv; paged off TPU gathers pages).")
 flags.DEFINE_bool("scan_layers", True, "Our layers under one lax.scan (False: unrolled), see Qwen3.")
 
 
@@ -313,8 +315,14 @@ def bench_engine(shape):
     config = qwen3.PRESETS[shape]
     model = qwen3.Qwen3(config, rngs=nnx.Rngs(0))
     slots = FLAGS.slots
-    sampler, engine = Sampler(model, [], pad_id=0), Engine(model, [], pad_id=0, slots=slots, chunk=FLAGS.chunk)
+    sampler = Sampler(model, [], pad_id=0)
+    engine = Engine(model, [], pad_id=0, slots=slots, chunk=FLAGS.chunk, kv=FLAGS.kv)
+    unknown = sorted(set(FLAGS.mixes) - set(ENGINE_MIXES))
+    if unknown:
+        raise app.UsageError(f"--mixes: {unknown} not among {sorted(ENGINE_MIXES)}")
     for mix, (median, sigma, cap) in ENGINE_MIXES.items():
+        if mix not in FLAGS.mixes:
+            continue
         rng = np.random.default_rng(0)
         budgets = lognormal_budgets(median, sigma, cap, FLAGS.requests)
         ids = rng.integers(1, config.vocab_size, (len(budgets), FLAGS.prompt))
@@ -335,6 +343,7 @@ def bench_engine(shape):
             useful / base,
             requests=len(budgets),
             chunk=FLAGS.chunk,
+            kv=FLAGS.kv,
             budget_median=float(np.median(budgets)),
             budget_p99=float(np.percentile(budgets, 99)),
             p99_over_median=round(float(np.percentile(budgets, 99) / np.median(budgets)), 1),
