@@ -56,7 +56,7 @@ flags.DEFINE_integer("slots", 64, "Rows in flight of the engine bench (the stati
 flags.DEFINE_integer("chunk", 32, "Decode steps per engine call.")
 flags.DEFINE_integer("requests", 256, "Requests per mix of the engine bench.")
 flags.DEFINE_list("mixes", ["default_lengths", "heavy_tailed"], "Request mixes of the engine bench.")
-flags.DEFINE_string("kv", "dense", "The engine bench's cache: dense or paged (rollout.kv; paged off TPU gathers pages).")
+flags.DEFINE_string("kv", "dense", "The engine bench's cache: dense or paged (rollout.kv; off TPU paged gathers).")
 flags.DEFINE_bool("scan_layers", True, "Our layers under one lax.scan (False: unrolled), see Qwen3.")
 
 
