@@ -62,6 +62,7 @@ flags.DEFINE_list("sets", list(SETS), "build_sets: which eval sets.")
 flags.DEFINE_integer("cell", 40, "render: pixels per cell.", lower_bound=4, upper_bound=200)
 
 COMMANDS = ("generate", "validate", "show", "stats", "solve", "build_sets", "render")
+WRITES_OUT = ("generate", "solve", "render")  # the commands that take --out
 
 
 def _require(name):
@@ -137,20 +138,30 @@ def cmd_generate():
 
 
 def cmd_solve():
+    """One JSON line per board (its optimal makespan, lower bound, plan, seconds) to --out, or to
+    stdout without it."""
+    out = _writable_out() if FLAGS.out else None
     items, _ = _boards()
     with solver.make_pool(FLAGS.workers or None) as pool, tqdm(total=len(items), desc="solve", unit="board") as bar:
         solutions = solver.solve_many([(b, None) for b in items], pool, max_makespan=FLAGS.horizon, on_done=bar.update)
-    for sol in solutions:
-        print(
-            json.dumps(
-                {
-                    "optimal_makespan": sol.optimal_makespan,
-                    "lower_bound": sol.lower_bound,
-                    "plan": io.plan_to_text(sol.plan) if sol.plan is not None else None,
-                    "seconds": round(sol.seconds, 4),
-                }
-            )
+    lines = [
+        json.dumps(
+            {
+                "optimal_makespan": sol.optimal_makespan,
+                "lower_bound": sol.lower_bound,
+                "plan": io.plan_to_text(sol.plan) if sol.plan is not None else None,
+                "seconds": round(sol.seconds, 4),
+            }
         )
+        for sol in solutions
+    ]
+    if out is None:
+        print("\n".join(lines))
+        return
+    tmp = out + ".tmp"  # (written whole, then moved: no half-written --out)
+    with open(tmp, "w") as f:
+        f.write("".join(line + "\n" for line in lines))
+    os.replace(tmp, out)
 
 
 def cmd_build_sets():
@@ -242,6 +253,8 @@ def cmd_render():
 def main(argv):
     if len(argv) != 2 or argv[1] not in COMMANDS:
         raise app.UsageError(f"usage: python -m launch.mapf {{{'|'.join(COMMANDS)}}} [flags]")
+    if FLAGS.out and argv[1] not in WRITES_OUT:  # (a flag the command would ignore)
+        raise app.UsageError(f"--out: {argv[1]} prints to stdout (redirect it); --out is for {', '.join(WRITES_OUT)}")
     try:
         globals()[f"cmd_{argv[1]}"]()
     except (ConfigError, ValueError) as e:

@@ -124,13 +124,15 @@ def test_certified_generator_every_board_certified():
 
 def test_certified_generator_stops_when_check_raises_and_cancels_queued_jobs():
     """`check` runs before each chunk; when it raises, the call stops there and the solver jobs
-    still queued are cancelled (only those already handed to the worker run on)."""
+    still queued are cancelled (only those already handed to the worker run on). Jobs the worker
+    finished before the raise are neither, so they are set aside (a loaded CI machine finishes some)."""
     config = make_config([{"size": [6, 10], "agents": [3, 5], "hole_density": [0.3, 0.5]}])
-    calls, futures = [], []
+    calls, futures, finished = [], [], set()
 
     def check():
         calls.append(1)
         if len(calls) == 2:
+            finished.update(id(f) for f in futures if f.done())
             raise KeyboardInterrupt
 
     with solver.make_pool(1) as pool:
@@ -139,8 +141,10 @@ def test_certified_generator_stops_when_check_raises_and_cancels_queued_jobs():
         gen = CertifiedGenerator(config, chunk=256, pool=pool)
         with pytest.raises(KeyboardInterrupt):
             gen(jax.random.key(3), 300, check=check)
-        assert len(calls) == 2 and len(futures) > 4
-        assert sum(not f.cancelled() for f in futures) <= 2  # the running job and the worker's next
+        queued = [f for f in futures if id(f) not in finished]
+        assert len(calls) == 2 and len(queued) > 4
+        # the running job, the worker's next, and one more if the running job ends during the raise
+        assert sum(not f.cancelled() for f in queued) <= 3
 
 
 def test_solve_cli(tmp_path):

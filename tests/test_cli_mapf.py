@@ -90,9 +90,20 @@ def test_bad_boards_name_file_line_and_field(tmp_path, change, message):
 def test_every_subcommand_checks_the_boards(tmp_path, command):
     boards = tmp_path / "boards.jsonl"
     boards.write_text(json.dumps(BOARD | {"size": "5"}) + "\n")
-    out = mapf(command, f"--boards={boards}", f"--out={tmp_path / 'out'}")
+    out = mapf(command, f"--boards={boards}", *([f"--out={tmp_path / 'out'}"] if command != "show" else []))
     assert out.returncode == 2 and f"{boards}:1: size: '5' is not an integer" in out.stderr, out.stderr
     assert out.stdout == "" and not (tmp_path / "out").exists()
+
+
+def test_solve_writes_out_and_a_command_that_prints_refuses_it(tmp_path):
+    boards = tmp_path / "boards.jsonl"
+    boards.write_text(json.dumps(BOARD) + "\n")
+    out = mapf("solve", f"--boards={boards}", f"--out={tmp_path / 'solved.jsonl'}", "--workers=1")
+    assert out.returncode == 0 and out.stdout == "", out.stderr
+    (solved,) = [json.loads(line) for line in (tmp_path / "solved.jsonl").read_text().splitlines()]
+    assert solved["optimal_makespan"] >= 0 and not (tmp_path / "solved.jsonl.tmp").exists()
+    out = mapf("show", f"--boards={boards}", f"--out={tmp_path / 'shown'}")  # (it would have ignored --out)
+    assert out.returncode != 0 and "--out: show prints to stdout" in out.stderr and not (tmp_path / "shown").exists()
 
 
 @pytest.mark.parametrize(

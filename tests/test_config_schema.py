@@ -38,7 +38,7 @@ def test_every_base_field_is_declared():
     """A field added to t2t_jax/config/defaults.py without a declared type and range fails here."""
     from t2t_jax.config.defaults import base
 
-    declared = set(schema._fields())
+    declared = set(schema.fields())
     assert set(schema.leaves(base().to_dict())) <= declared
 
 

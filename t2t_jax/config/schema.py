@@ -3,7 +3,7 @@
     from t2t_jax.config import schema
     schema.validate(config)      # ConfigError naming the field, the value and the legal values
 
-`FIELDS` declares each leaf of `t2t_jax/config/defaults.py:base()` (dotted path -> spec); `validate` checks
+`fields()` declares each leaf of `t2t_jax/config/defaults.py:base()` (dotted path -> spec); `validate` checks
 the leaves that are present (a run begun before a field existed lacks it and reads as its old
 behaviour), refuses unknown ones, then checks what spans fields (`_cross_checks`: micro-batches
 dividing the batch, the engineer's agents inside the environment, sampler log-probs with
@@ -136,7 +136,8 @@ def _mesh(v) -> bool:
     )
 
 
-def _fields() -> dict[str, Spec]:
+def fields() -> dict[str, Spec]:
+    """Dotted field path -> its Spec (every leaf of `defaults.base()`)."""
     from t2t_jax.engineer.context import SECTIONS
     from t2t_jax.engineer.engineer import EVIDENCE, KINDS
     from t2t_jax.engineer.propose import EDIT_MODES
@@ -151,7 +152,7 @@ def _fields() -> dict[str, Spec]:
     from t2t_jax.text.prompts import PROMPT_STYLES
 
     rate = real(0.0, lo_open=True)
-    fields = {
+    out = {
         "seed": integer(0),
         "stages": integer(0),
         "compilation_cache": TEXT,
@@ -250,8 +251,8 @@ def _fields() -> dict[str, Spec]:
         "checkpoint.keep": integer(1),
         "logging.text_every": integer(1),
     }
-    fields.update({f"rewards.{t}": real(-10.0, 10.0) for t in TERMS})
-    return fields
+    out.update({f"rewards.{t}": real(-10.0, 10.0) for t in TERMS})
+    return out
 
 
 def leaves(config: Mapping, prefix: str = "") -> dict[str, Any]:
@@ -269,7 +270,7 @@ def leaves(config: Mapping, prefix: str = "") -> dict[str, Any]:
 def validate(config) -> None:
     """Check every field of `config` (a ConfigDict or its dict) and the cross-field rules; raise
     ConfigError naming the first bad field, its value and the legal values."""
-    fields = _fields()
+    specs = fields()
     values = leaves(config.to_dict() if hasattr(config, "to_dict") else config)
     if "train.temperature" in values:  # (runs begun when the update had its own temperature)
         if values["train.temperature"] != values.get("rollout.temperature"):
@@ -279,14 +280,14 @@ def validate(config) -> None:
                 "temperature"
             )
         del values["train.temperature"]
-    unknown = sorted(set(values) - set(fields))
+    unknown = sorted(set(values) - set(specs))
     if unknown:
         raise ConfigError(
             f"{unknown[0]}: unknown field (known fields: see t2t_jax/config/defaults.py)"
             + (f"; also unknown: {', '.join(unknown[1:])}" if len(unknown) > 1 else "")
         )
     for path, value in values.items():
-        fields[path](path, value)
+        specs[path](path, value)
     _cross_checks(values)
 
 

@@ -1,0 +1,63 @@
+"""launch.faults: its cases are classed by what the launcher did (a traceback, an accepted bad
+value, an unnamed error, something written despite the refusal), and the launchers refuse the
+cases tried here cleanly (the whole sweep's figures are in docs/reliability.md)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from launch import faults
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_outcomes_are_classed_by_what_reached_the_user(tmp_path):
+    named = "error: grpo.group_size: 1 is not an integer >= 2"
+    assert faults.classify(2, named, ("grpo.group_size",), str(tmp_path / "run")) == "clean"
+    assert faults.classify(1, "Traceback (most recent call last):\n  ...\nKeyError: 'x'", ("x",), None) == "traceback"
+    assert faults.classify(0, "done", ("x",), None) == "accepted"
+    assert faults.classify(None, "", ("x",), None) == "accepted"  # (still running at the timeout)
+    assert faults.classify(2, "error: something is wrong", ("grpo.group_size",), None) == "unnamed"
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.json").write_text("{}")
+    assert faults.classify(2, named, ("grpo.group_size",), str(tmp_path / "run")) == "wrote"
+
+
+def sweep(*flags):
+    out = subprocess.run(
+        [sys.executable, "-m", "launch.faults", *flags],
+        cwd=ROOT,
+        env={**os.environ, "JAX_PLATFORMS": "cpu", "T2T_JAX_REEXEC": "0"},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    return [r for r in rows if "case" in r], [r for r in rows if "cases" in r]
+
+
+def test_bad_config_values_and_eval_runs_are_refused_cleanly():
+    cases, summary = sweep("--areas=config,eval", "--fields=grpo.group_size,grpo.steps,rollout.kv")
+    assert [c["flag"] for c in cases if c["area"] == "config"] == [
+        "--config.grpo.group_size=-1",
+        "--config.grpo.steps=-1",
+        "--config.grpo.steps=ten",
+        "--config.rollout.kv=bogus",
+    ]
+    assert all(c["outcome"] == "clean" for c in cases), [c for c in cases if c["outcome"] != "clean"]
+    assert summary == [
+        {"area": "config", "cases": 4, "clean": 4, "traceback": 0, "accepted": 0, "unnamed": 0, "wrote": 0},
+        {"area": "eval", "cases": 3, "clean": 3, "traceback": 0, "accepted": 0, "unnamed": 0, "wrote": 0},
+    ]
+
+
+@pytest.mark.slow
+def test_bad_board_files_and_paths_are_refused_cleanly():
+    cases, _ = sweep("--areas=mapf")
+    assert len(cases) >= 25 and all(c["outcome"] == "clean" for c in cases), [
+        c for c in cases if c["outcome"] != "clean"
+    ]
