@@ -157,11 +157,8 @@ def cmd_solve():
     ]
     if out is None:
         print("\n".join(lines))
-        return
-    tmp = out + ".tmp"  # (written whole, then moved: no half-written --out)
-    with open(tmp, "w") as f:
-        f.write("".join(line + "\n" for line in lines))
-    os.replace(tmp, out)
+    else:
+        io.write_atomic(out, (line + "\n" for line in lines))
 
 
 def cmd_build_sets():
