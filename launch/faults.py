@@ -73,9 +73,14 @@ def classify(rc, output: str, names: tuple[str, ...], written: str | None) -> st
         return "accepted"
     if written and os.path.exists(written) and (not os.path.isdir(written) or os.listdir(written)):
         return "wrote"
-    lines = [line for line in output.splitlines() if line.strip() and not _noise(line)]
-    last = lines[-1] if lines else ""
+    last = _last(output)
     return "clean" if any(n in last for n in names) else "unnamed"
+
+
+def _last(output: str) -> str:
+    """The last line of `output` that is not start-up chatter ("" for none)."""
+    lines = [line for line in output.splitlines() if line.strip() and not _noise(line)]
+    return lines[-1] if lines else ""
 
 
 def _noise(line: str) -> bool:
@@ -83,6 +88,13 @@ def _noise(line: str) -> bool:
     if line.startswith("Pass --helpshort"):
         return True
     return line[:1] in "WIE" and line[1:5].isdigit() or "libtpu" in line or "TPU" in line or line.startswith("===")
+
+
+def attempt(area: str, name: str, argv: list[str], names: tuple[str, ...], written: str | None) -> dict:
+    """Run one case and class it: {"area", "case", "rc", "outcome", "last_line"}."""
+    rc, output = run(argv, FLAGS.timeout)
+    outcome = classify(rc, output, names, written)
+    return {"area": area, "case": name, "rc": rc, "outcome": outcome, "last_line": _last(output)[:300]}
 
 
 def bad_value(field: str, default, spec):
@@ -117,20 +129,7 @@ def try_config(tmp):
     for i, (name, flag, names) in enumerate(config_cases()):
         workdir = os.path.join(tmp, f"config_{i}")
         argv = [sys.executable, "-m", "launch.main", "--config=configs/stage.py", flag, f"--workdir={workdir}"]
-        rc, output = run(argv, FLAGS.timeout)
-        yield {
-            "area": "config",
-            "case": name,
-            "flag": flag,
-            "rc": rc,
-            "outcome": classify(rc, output, names, workdir),
-            "last_line": _last(output),
-        }
-
-
-def _last(output: str) -> str:
-    lines = [line for line in output.splitlines() if line.strip() and not _noise(line)]
-    return lines[-1][:300] if lines else ""
+        yield {**attempt("config", name, argv, names, workdir), "flag": flag}
 
 
 def mapf_cases(tmp):
@@ -194,14 +193,7 @@ def mapf_cases(tmp):
 
 def try_mapf(tmp):
     for name, argv, names, written in mapf_cases(tmp):
-        rc, output = run(argv, FLAGS.timeout)
-        yield {
-            "area": "mapf",
-            "case": name,
-            "rc": rc,
-            "outcome": classify(rc, output, names, written),
-            "last_line": _last(output),
-        }
+        yield attempt("mapf", name, argv, names, written)
 
 
 def try_eval(tmp):
@@ -212,12 +204,8 @@ def try_eval(tmp):
         "--run at an empty directory": ([f"--run={empty}"], ("empty_run",)),
         "--samples=-1": ([f"--run={empty}", "--samples=-1"], ("samples",)),
     }
-    for name, (args, names) in cases.items():
-        rc, output = run([sys.executable, "-m", "launch.eval", *args], FLAGS.timeout)
-        outcome = classify(rc, output, names, None)
-        if outcome == "clean" and os.listdir(empty):
-            outcome = "wrote"
-        yield {"area": "eval", "case": name, "rc": rc, "outcome": outcome, "last_line": _last(output)}
+    for name, (args, names) in cases.items():  # (a refusal must leave the empty run empty)
+        yield attempt("eval", name, [sys.executable, "-m", "launch.eval", *args], names, empty)
 
 
 AREAS = {"config": try_config, "mapf": try_mapf, "eval": try_eval}
