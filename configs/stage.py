@@ -43,6 +43,16 @@ def get_config(arg: str = ""):
         warmup_steps=10,
         targets="canonical",
         answer_length=64,
+        # The warm-start check: below 1% avg@8 valid on 256 boards of env.initial (seed 2's
+        # 800 steps: 0.2%, and no arm learned from it), 400 more steps on `straight` targets, at
+        # most twice (seed 2: 0.2% -> 11.3% on the monitor after one round; canonical targets:
+        # 2.0%; docs/experiments.md).
+        check_boards=256,
+        check_samples=8,
+        min_valid=0.01,
+        extra_steps=400,
+        extra_rounds=2,
+        extra_targets="straight",
         env=json.dumps(
             {
                 "max_size": 10,
@@ -70,7 +80,7 @@ def get_config(arg: str = ""):
     if arg == "smoke":  # the test suite's run: every phase, in seconds
         c.stages = 2
         c.env.update(chunk=64)  # boards per device call of the certified generator
-        c.sft.update(steps=2, batch_size=4, boards=64)
+        c.sft.update(steps=2, batch_size=4, boards=64, check_boards=0)
         # Certified-plan guidance gives the untrained model's groups a success, so updates run.
         c.grpo.update(steps=2, prompts=2, group_size=2, dynamic_sampling_rounds=1, guidance="canonical")
         c.engineer.update(failure_cases=1, max_edits=1, max_tokens=200)

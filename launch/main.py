@@ -58,6 +58,11 @@ def report(results) -> None:
             f"{r['point']:>12}: valid {r['valid']:.3f}  optimal {r['optimal']:.3f}  ({r['boards']} boards)"
             + (f"  monitor avg@{r['monitor']['k']} valid {r['monitor']['avg_valid']:.3f}" if "monitor" in r else "")
         )
+        for check in r.get("sft_checks", []):
+            print(
+                f"{'':>12}  sft check after {check['steps']} steps: avg@{check['k']} valid {check['avg_valid']:.4f} "
+                f"on {check['boards']} boards ({'passed' if check['passed'] else 'below sft.min_valid'})"
+            )
     last = results[-1]
     if "vs_first" in last:
         d = last["vs_first"]

@@ -31,6 +31,8 @@ class RunRecord:
     accounts: list  # the failure account of each finished stage
     trajectory: list  # one point per GRPO step (rl/step.py trajectory_point)
     has_ref: bool = False  # whether the checkpoint holds reference params
+    sft_round: int = 0  # the SFT round under way: 0 the main one, r > 0 the r-th extra (sft.extra_steps)
+    sft_checks: list = dataclasses.field(default_factory=list)  # the warm-start check after each round
 
     @classmethod
     def start(cls, first: dict, weights: dict, sft: bool) -> RunRecord:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import json
 import os
 import signal
@@ -139,11 +140,7 @@ class StageRunner:
             c.rollout.enable_thinking,
             c.rollout.prompt_style,
         )
-        sft_optim = c.optim.copy_and_resolve_references()
-        sft_optim.update(
-            learning_rate=c.sft.learning_rate, warmup_steps=c.sft.warmup_steps, decay_steps=max(c.sft.steps, 1)
-        )
-        self.sft_trainer = Trainer(self.model, c, loss="sft", mesh=self.mesh, optim=sft_optim)
+        self.sft_trainer = Trainer(self.model, c, loss="sft", mesh=self.mesh, optim=self._sft_optim())
         self.trainer = Trainer(self.model, c, loss="grpo", mesh=self.mesh)
         self.engineer = Engineer(c.engineer, self.policy, seed=c.seed)
         self.timer = self.policy.timer = PhaseTimer()  # where each stage's time goes (t2t_jax/perf.py)
@@ -296,13 +293,14 @@ class StageRunner:
         """The training-distribution monitor: `eval.monitor` boards of env.initial, one fixed draw."""
         return self._boards(self.first, jax.random.key(MONITOR_KEY), self.config.eval.monitor)
 
-    def _record_point(self, meta, point, params, boards, step, monitor, paired: bool = False):
+    def _record_point(self, meta, point, params, boards, step, monitor, paired: bool = False, extra=None):
         """Evaluate on `boards` (greedy; avg@k too with eval.samples) and on the `monitor` boards
         (avg@k), append the entry. `paired` (the last point): `vs_first`, the boards gained and
         lost since the first point, which used the same boards, and `ood`, the out-of-distribution
-        sets of eval.ood; the monitor is always paired (`monitor_vs_first`)."""
+        sets of eval.ood; the monitor is always paired (`monitor_vs_first`). `extra`: more keys."""
         c = self.config
         entry = benchmark.results_entry(point, self._evaluate(params, boards, f"eval {point}"))
+        entry.update(extra or {})
         if c.eval.samples:
             entry["sampled"] = self._sampled(params, boards, c.eval.samples, f"eval {point} avg@{c.eval.samples}")
         first = meta.results[0] if meta.results else None
@@ -362,7 +360,8 @@ class StageRunner:
         if meta.phase == "warm":
             with self._resumable(state, ref, meta):
                 point = "warm_start" if c.sft.steps else "initial"
-                self._record_point(meta, point, state.params, first_boards, 0, monitor)
+                checks = {"sft_checks": meta.sft_checks} if meta.sft_checks else {}
+                self._record_point(meta, point, state.params, first_boards, 0, monitor, extra=checks)
             state = self.trainer.init(state.params) if c.sft.steps else state
             ref = jax.tree.map(lambda x: x.copy(), state.params) if self.keeps_ref else {}
             meta.phase, meta.stage, meta.step = "grpo", 0, 0
@@ -382,42 +381,120 @@ class StageRunner:
             self._writer = None
 
     def _sft(self, state, meta):
+        """The SFT warm start: `sft.steps` updates, then, with the warm-start check on
+        (`sft.check_boards` > 0), up to `sft.extra_rounds` rounds of `sft.extra_steps` more (on
+        `sft.extra_targets`) while the check's avg@k valid stays below `sft.min_valid`; each round
+        on a restarted schedule and a fresh optimizer (`meta.sft_round`, `meta.step` and
+        `meta.sft_checks` resume it)."""
         c = self.config
         env = EnvConfig.from_json(c.sft.env) if c.sft.env else self.first
         with self._resumable(state, {}, meta):
             boards = self._boards(env, self._key(7), c.sft.boards)
-        drawn = len(boards)
-        boards = sft.sft_targets(boards, c.sft.targets, env.max_size, env.max_agents)
-        if not boards:
+        pool = functools.cache(lambda targets: self._sft_pool(boards, targets, env))
+        while True:
+            targets = (c.sft.extra_targets or c.sft.targets) if meta.sft_round else c.sft.targets
+            state = self._sft_round(state, meta, pool(targets))
+            if not c.sft.check_boards:
+                return state
+            if len(meta.sft_checks) <= meta.sft_round:  # (a resume after the check skips it)
+                with self._resumable(state, {}, meta):
+                    meta.sft_checks.append(self._sft_check(state.params, meta))
+            check = meta.sft_checks[meta.sft_round]
+            more = not check["passed"] and meta.sft_round < c.sft.extra_rounds
+            then = f"; another {c.sft.extra_steps} steps (round {meta.sft_round + 1} of {c.sft.extra_rounds})"
+            print(
+                f"sft check after {check['steps']} steps: avg@{check['k']} valid {check['avg_valid']:.4f} on "
+                f"{check['boards']} boards of env.initial (sft.min_valid {c.sft.min_valid})" + (then if more else "")
+            )
+            if not more:
+                if not check["passed"]:
+                    logging.warning(
+                        "sft: the warm start stays below sft.min_valid after %d extra rounds; GRPO groups "
+                        "will rarely hold a success (raise sft.extra_rounds or sft.steps)",
+                        c.sft.extra_rounds,
+                    )
+                return state
+            meta.sft_round, meta.step = meta.sft_round + 1, 0
+            state = self.sft_extra_trainer.init(state.params)
+
+    @staticmethod
+    def _sft_pool(boards, targets, env) -> list[dict]:
+        """The SFT pool of `targets` (rl/sft.py SFT_TARGETS) from the certified `boards`."""
+        pool = sft.sft_targets(boards, targets, env.max_size, env.max_agents)
+        if not pool:
             raise ValueError(
-                f"sft.targets={c.sft.targets!r}: none of the {drawn} boards of sft.env has a valid "
+                f"sft targets {targets!r}: none of the {len(boards)} boards of sft.env has a valid "
                 "straight plan; raise sft.boards or use 'canonical'"
             )
-        if len(boards) < drawn:
-            print(f"sft: {len(boards)} of {drawn} boards have a valid straight plan (sft.targets={c.sft.targets!r})")
+        if len(pool) < len(boards):
+            print(f"sft: {len(pool)} of {len(boards)} boards have a valid straight plan (targets {targets!r})")
+        return pool
+
+    @functools.cached_property
+    def sft_extra_trainer(self) -> Trainer:
+        """The SFT trainer of the extra rounds: warmup and cosine decay over `sft.extra_steps`."""
+        c = self.config
+        optim = self._sft_optim()
+        optim.update(decay_steps=c.sft.extra_steps)
+        return Trainer(self.model, c, loss="sft", mesh=self.mesh, optim=optim)
+
+    def _sft_optim(self):
+        """The SFT phase's optimizer settings: `optim` with the `sft` rate, warmup and length."""
+        c = self.config
+        optim = c.optim.copy_and_resolve_references()
+        sft_ = c.sft
+        optim.update(learning_rate=sft_.learning_rate, warmup_steps=sft_.warmup_steps, decay_steps=max(sft_.steps, 1))
+        return optim
+
+    def _sft_round(self, state, meta, boards):
+        """SFT round `meta.sft_round` from its step `meta.step` (checkpointed every
+        `checkpoint.every` steps); round r > 0 draws its batches with the seed (seed, r)."""
+        c, r = self.config, meta.sft_round
+        steps = c.sft.steps if r == 0 else c.sft.extra_steps
+        done = c.sft.steps + (r - 1) * c.sft.extra_steps if r else 0  # updates before this round
 
         def callback(step, st, metrics):
             self.writer.scalars(
-                step, {f"sft/{k}": v for k, v in metrics.items() if k in ("nll", "grad_norm", "learning_rate")}
+                done + step,
+                {f"sft/{k}": v for k, v in metrics.items() if k in ("nll", "grad_norm", "learning_rate")},
             )
             meta.step = step + 1
-            if (step + 1) % c.checkpoint.every == 0 and step + 1 < c.sft.steps:
+            if (step + 1) % c.checkpoint.every == 0 and step + 1 < steps:
                 self._save(st, {}, meta)
             self._maybe_preempted(st, {}, meta)
 
         return sft.run_sft(
-            self.sft_trainer,
+            self.sft_extra_trainer if r else self.sft_trainer,
             state,
             self.policy,
             boards,
-            steps=c.sft.steps,
+            steps=steps,
             batch_size=c.sft.batch_size,
             answer_length=c.sft.answer_length,
-            seed=c.seed,
+            seed=c.seed if r == 0 else [c.seed, r],
             start=meta.step,
             callback=callback,
             progress=self.progress,
         )
+
+    def _sft_check(self, params, meta) -> dict:
+        """The warm-start check: avg@k valid (k = sft.check_samples, the rollout temperature) on
+        `sft.check_boards` boards of env.initial (their own draw, not the monitor's)."""
+        c = self.config
+        boards = self._boards(self.first, self._key(8), c.sft.check_boards)
+        k = c.sft.check_samples
+        entry = self._sampled(params, boards, k, f"sft check {meta.sft_round}")
+        steps = c.sft.steps + meta.sft_round * c.sft.extra_steps
+        self.writer.scalars(steps, {"sft/check_avg_valid": entry["avg_valid"]})
+        return {
+            "round": meta.sft_round,
+            "steps": steps,
+            "boards": len(boards),
+            "k": k,
+            "avg_valid": entry["avg_valid"],
+            "pass_valid": entry["pass_valid"],
+            "passed": entry["avg_valid"] >= c.sft.min_valid,
+        }
 
     def _stage(self, state, ref, meta, first_boards, mid_boards, monitor):
         from tqdm import tqdm

@@ -76,7 +76,11 @@ def base() -> mlc.ConfigDict:
     # cosine-decayed over the SFT steps; boards from `env` (EnvConfig JSON; empty: env.initial);
     # targets "witness" (the solver's plan), "canonical" (the straight plan where it is valid,
     # the witness elsewhere) or "straight" (only the boards whose straight plan is valid), see
-    # rl/sft.py; answers cut at answer_length tokens.
+    # rl/sft.py; answers cut at answer_length tokens. The warm-start check (off while
+    # check_boards = 0): avg@check_samples valid on check_boards boards of env.initial at the
+    # rollout temperature; below min_valid, another extra_steps of SFT on extra_targets (empty:
+    # targets) on a restarted schedule, at most extra_rounds times (GRPO learns nothing where no
+    # sample succeeds).
     c.sft = mlc.ConfigDict(
         dict(
             steps=0,
@@ -87,6 +91,12 @@ def base() -> mlc.ConfigDict:
             warmup_steps=10,
             targets="witness",
             answer_length=256,
+            check_boards=0,
+            check_samples=4,
+            min_valid=0.0,
+            extra_steps=400,
+            extra_rounds=2,
+            extra_targets="",
         )
     )
     # guidance: "witness" / "canonical" puts the certified plan into each group without a valid

@@ -192,6 +192,12 @@ def fields() -> dict[str, Spec]:
         "sft.warmup_steps": integer(0),
         "sft.targets": choice(*sft.SFT_TARGETS),
         "sft.answer_length": integer(1),
+        "sft.check_boards": integer(0),
+        "sft.check_samples": integer(1),
+        "sft.min_valid": real(0.0, 1.0),
+        "sft.extra_steps": integer(1),
+        "sft.extra_rounds": integer(0),
+        "sft.extra_targets": choice("", *sft.SFT_TARGETS),  # "": sft.targets
         "grpo.steps": integer(0),
         "grpo.prompts": integer(1),
         "grpo.group_size": integer(2),  # (with 1 every advantage is 0)

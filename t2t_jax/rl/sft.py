@@ -103,15 +103,16 @@ def run_sft(
     steps: int,
     batch_size: int,
     answer_length: int,
-    seed: int = 0,
+    seed: int | Sequence[int] = 0,
     start: int = 0,
     callback=None,
     progress: bool = True,
 ):
     """SFT updates `start..steps-1` on batches drawn (a seeded permutation, epoch after epoch)
-    from `boards`; the draw of step s depends only on (seed, s), so a resumed run sees the same
-    batches. `callback(step, state, metrics)` runs after each update (metrics: host floats).
-    Returns the new TrainState."""
+    from `boards`; the draw of step s depends only on (seed, s) (seed: anything
+    `np.random.default_rng` takes), so a resumed run sees the same batches.
+    `callback(step, state, metrics)` runs after each update (metrics: host floats). Returns the
+    new TrainState."""
     rng = np.random.default_rng(seed)
     order = np.array([], np.int64)
     for step in tqdm(range(steps), desc="sft", initial=0, disable=not progress):
