@@ -248,8 +248,8 @@ def test_kl_run_resumes_from_an_sft_checkpoint_and_a_changed_beta_is_named(tmp_p
     assert out.returncode != 0 and "grpo.beta: 0.04 on resume" in out.stderr, out.stderr[-3000:]
 
 
-def _kill_after_checkpoint(workdir, sig, checkpoint):
-    proc = launch(workdir, wait=False)
+def _kill_after_checkpoint(workdir, sig, checkpoint, *extra):
+    proc = launch(workdir, *extra, wait=False)
     target = workdir / "checkpoints" / str(checkpoint)
     deadline = time.time() + 600
     while not target.exists() and proc.poll() is None and time.time() < deadline:
@@ -272,6 +272,71 @@ def test_sigkill_mid_stage_then_resume_equals_uninterrupted(run, tmp_path):
     for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(reference)):
         np.testing.assert_array_equal(a, b)
     assert json.load(open(tmp_path / "results.json")) == json.load(open(workdir / "results.json"))
+
+
+# The warm-start check on the smoke run, set so that it never passes: 2 SFT steps, then two extra
+# rounds of 2 steps on straight targets (checkpoints: 1 SFT step 1, 2 round 1 step 1, 3 round 2
+# step 1, 4 the warm start).
+CHECK = (
+    "--config.stages=0",
+    "--config.sft.check_boards=4",
+    "--config.sft.check_samples=2",
+    "--config.sft.min_valid=1.0",
+    "--config.sft.extra_steps=2",
+    "--config.sft.extra_rounds=2",
+    "--config.sft.extra_targets=straight",
+)
+
+
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("checked")
+    return workdir, launch(workdir, *CHECK)
+
+
+def test_warm_start_check_adds_sft_rounds_until_they_run_out(checked):
+    workdir, stdout = checked
+    checks = json.load(open(workdir / "results.json"))[0]["sft_checks"]
+    assert [(c["round"], c["steps"], c["boards"], c["k"], c["passed"]) for c in checks] == [
+        (0, 2, 4, 2, False),
+        (1, 4, 4, 2, False),
+        (2, 6, 4, 2, False),
+    ]
+    assert all(0 <= c["avg_valid"] <= c["pass_valid"] <= 1 for c in checks)
+    assert re.search(
+        r"sft check after 2 steps: avg@2 valid [\d.]+ on 4 boards of env.initial \(sft.min_valid 1.0\); "
+        r"another 2 steps \(round 1 of 2\)",
+        stdout,
+    ), stdout
+    assert "another 2 steps (round 2 of 2)" in stdout and "round 3" not in stdout
+    assert re.search(r"sft: \d+ of 64 boards have a valid straight plan \(targets 'straight'\)", stdout)
+    assert stdout.count("below sft.min_valid") == 3  # launch.main's summary, one line a check
+    acc = EventAccumulator(str(workdir / "tb"))
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("sft/nll")] == list(range(6))
+    assert [e.step for e in acc.Scalars("sft/check_avg_valid")] == [2, 4, 6]
+    rates = {e.step: e.value for e in acc.Scalars("sft/learning_rate")}
+    assert rates[2] == rates[4] == rates[0] < rates[1]  # each round restarts the warmup
+
+
+@pytest.mark.slow
+def test_warm_start_check_resumes_mid_round_and_a_passing_check_changes_nothing(checked, tmp_path):
+    workdir, _ = checked
+    code, _ = _kill_after_checkpoint(tmp_path / "killed", signal.SIGKILL, 2, *CHECK)
+    assert code == -signal.SIGKILL
+    assert "resumed from checkpoint" in launch(tmp_path / "killed", "--resume", *CHECK)
+    for a, b in zip(jax.tree.leaves(final_params(tmp_path / "killed")), jax.tree.leaves(final_params(workdir))):
+        np.testing.assert_array_equal(a, b)
+    assert json.load(open(tmp_path / "killed" / "results.json")) == json.load(open(workdir / "results.json"))
+    # A check that passes at once leaves the warm start as it is without one.
+    launch(tmp_path / "passed", "--config.stages=0", "--config.sft.check_boards=4", "--config.sft.min_valid=0.0")
+    launch(tmp_path / "plain", "--config.stages=0")
+    for a, b in zip(
+        jax.tree.leaves(final_params(tmp_path / "passed")), jax.tree.leaves(final_params(tmp_path / "plain"))
+    ):
+        np.testing.assert_array_equal(a, b)
+    passed, plain = (json.load(open(tmp_path / d / "results.json")) for d in ("passed", "plain"))
+    assert [c["passed"] for c in passed[0].pop("sft_checks")] == [True] and passed == plain
 
 
 def test_eval_cli_on_the_run(run, tmp_path):
