@@ -390,10 +390,10 @@ class StageRunner:
         env = EnvConfig.from_json(c.sft.env) if c.sft.env else self.first
         with self._resumable(state, {}, meta):
             boards = self._boards(env, self._key(7), c.sft.boards)
-        pool = functools.cache(lambda targets: self._sft_pool(boards, targets, env))
+        pool = functools.cache(lambda field: self._sft_pool(boards, field, c.sft[field], env))
         while True:
-            targets = (c.sft.extra_targets or c.sft.targets) if meta.sft_round else c.sft.targets
-            state = self._sft_round(state, meta, pool(targets))
+            field = "extra_targets" if meta.sft_round and c.sft.extra_targets else "targets"
+            state = self._sft_round(state, meta, pool(field))
             if not c.sft.check_boards:
                 return state
             if len(meta.sft_checks) <= meta.sft_round:  # (a resume after the check skips it)
@@ -415,23 +415,24 @@ class StageRunner:
                     )
                 return state
             meta.sft_round, meta.step = meta.sft_round + 1, 0
-            state = self.sft_extra_trainer.init(state.params)
+            state = self._sft_extra_trainer.init(state.params)
 
     @staticmethod
-    def _sft_pool(boards, targets, env) -> list[dict]:
-        """The SFT pool of `targets` (rl/sft.py SFT_TARGETS) from the certified `boards`."""
+    def _sft_pool(boards, field, targets, env) -> list[dict]:
+        """The SFT pool of `targets` (rl/sft.py SFT_TARGETS, the value of `sft.<field>`) from the
+        certified `boards`."""
         pool = sft.sft_targets(boards, targets, env.max_size, env.max_agents)
         if not pool:
             raise ValueError(
-                f"sft targets {targets!r}: none of the {len(boards)} boards of sft.env has a valid "
+                f"sft.{field}={targets!r}: none of the {len(boards)} boards of sft.env has a valid "
                 "straight plan; raise sft.boards or use 'canonical'"
             )
         if len(pool) < len(boards):
-            print(f"sft: {len(pool)} of {len(boards)} boards have a valid straight plan (targets {targets!r})")
+            print(f"sft: {len(pool)} of {len(boards)} boards have a valid straight plan (sft.{field}={targets!r})")
         return pool
 
     @functools.cached_property
-    def sft_extra_trainer(self) -> Trainer:
+    def _sft_extra_trainer(self) -> Trainer:
         """The SFT trainer of the extra rounds: warmup and cosine decay over `sft.extra_steps`."""
         c = self.config
         optim = self._sft_optim()
@@ -440,10 +441,9 @@ class StageRunner:
 
     def _sft_optim(self):
         """The SFT phase's optimizer settings: `optim` with the `sft` rate, warmup and length."""
-        c = self.config
-        optim = c.optim.copy_and_resolve_references()
-        sft_ = c.sft
-        optim.update(learning_rate=sft_.learning_rate, warmup_steps=sft_.warmup_steps, decay_steps=max(sft_.steps, 1))
+        s = self.config.sft
+        optim = self.config.optim.copy_and_resolve_references()
+        optim.update(learning_rate=s.learning_rate, warmup_steps=s.warmup_steps, decay_steps=max(s.steps, 1))
         return optim
 
     def _sft_round(self, state, meta, boards):
@@ -464,7 +464,7 @@ class StageRunner:
             self._maybe_preempted(st, {}, meta)
 
         return sft.run_sft(
-            self.sft_extra_trainer if r else self.sft_trainer,
+            self._sft_extra_trainer if r else self.sft_trainer,
             state,
             self.policy,
             boards,

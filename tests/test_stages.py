@@ -309,7 +309,7 @@ def test_warm_start_check_adds_sft_rounds_until_they_run_out(checked):
         stdout,
     ), stdout
     assert "another 2 steps (round 2 of 2)" in stdout and "round 3" not in stdout
-    assert re.search(r"sft: \d+ of 64 boards have a valid straight plan \(targets 'straight'\)", stdout)
+    assert re.search(r"sft: \d+ of 64 boards have a valid straight plan \(sft.extra_targets='straight'\)", stdout)
     assert stdout.count("below sft.min_valid") == 3  # launch.main's summary, one line a check
     acc = EventAccumulator(str(workdir / "tb"))
     acc.Reload()
