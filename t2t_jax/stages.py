@@ -477,11 +477,17 @@ class StageRunner:
             progress=self.progress,
         )
 
+    @functools.cached_property
+    def _sft_check_boards(self) -> list[dict]:
+        """The warm-start check's boards: `sft.check_boards` of env.initial, certified once for
+        every round's check."""
+        return self._boards(self.first, self._key(8), self.config.sft.check_boards)
+
     def _sft_check(self, params, meta) -> dict:
         """The warm-start check: avg@k valid (k = sft.check_samples, the rollout temperature) on
         `sft.check_boards` boards of env.initial (their own draw, not the monitor's)."""
         c = self.config
-        boards = self._boards(self.first, self._key(8), c.sft.check_boards)
+        boards = self._sft_check_boards
         k = c.sft.check_samples
         entry = self._sampled(params, boards, k, f"sft check {meta.sft_round}")
         steps = c.sft.steps + meta.sft_round * c.sft.extra_steps
