@@ -446,12 +446,17 @@ class StageRunner:
         optim.update(learning_rate=s.learning_rate, warmup_steps=s.warmup_steps, decay_steps=max(s.steps, 1))
         return optim
 
+    def _sft_updates(self, rounds: int) -> int:
+        """SFT updates in the first `rounds` rounds: `sft.steps`, then `sft.extra_steps` each."""
+        s = self.config.sft
+        return s.steps + (rounds - 1) * s.extra_steps if rounds else 0
+
     def _sft_round(self, state, meta, boards):
         """SFT round `meta.sft_round` from its step `meta.step` (checkpointed every
         `checkpoint.every` steps); round r > 0 draws its batches with the seed (seed, r)."""
         c, r = self.config, meta.sft_round
         steps = c.sft.steps if r == 0 else c.sft.extra_steps
-        done = c.sft.steps + (r - 1) * c.sft.extra_steps if r else 0  # updates before this round
+        done = self._sft_updates(r)
 
         def callback(step, st, metrics):
             self.writer.scalars(
@@ -490,7 +495,7 @@ class StageRunner:
         boards = self._sft_check_boards
         k = c.sft.check_samples
         entry = self._sampled(params, boards, k, f"sft check {meta.sft_round}")
-        steps = c.sft.steps + meta.sft_round * c.sft.extra_steps
+        steps = self._sft_updates(meta.sft_round + 1)
         self.writer.scalars(steps, {"sft/check_avg_valid": entry["avg_valid"]})
         return {
             "round": meta.sft_round,
