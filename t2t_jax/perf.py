@@ -95,3 +95,15 @@ class PhaseTimer:
     def reset(self) -> None:
         for d in (self.seconds, self.tokens, self.flops):
             d.clear()
+
+
+def time_line(times: dict, seconds: float) -> str:
+    """`PhaseTimer.totals` in one line, phases in PHASES order, the rest as `other`."""
+    parts = []
+    for phase in [p for p in PHASES if p in times] + sorted(set(times) - set(PHASES)):
+        row = times[phase]
+        extra = [f"{row['tokens_per_s']:,.0f} tok/s"] if "tokens_per_s" in row else []
+        extra += [f"MFU {row['mfu']:.1%}"] if "mfu" in row else []
+        parts.append(f"{phase} {row['seconds']:.0f} s" + (f" ({', '.join(extra)})" if extra else ""))
+    other = seconds - sum(r["seconds"] for r in times.values())
+    return ", ".join(parts + [f"other {max(other, 0):.0f} s"])

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import jax
 import numpy as np
@@ -115,6 +115,8 @@ class Policy:
       enable_thinking: open a think block in the prompt (Qwen3's thinking mode).
       style: the prompt style (text.prompts.PROMPT_STYLES).
       buckets: prompt length buckets.
+      check: called between decode chunks; may raise to stop (the stage loop's preemption).
+      timer: where generation and scoring time is counted (the stage loop shares its own).
     """
 
     def __init__(
@@ -127,10 +129,11 @@ class Policy:
         enable_thinking: bool = False,
         style: str = "full",
         buckets: Sequence[int] = LENGTH_BUCKETS,
+        check: Callable[[], None] | None = None,
+        timer: PhaseTimer | None = None,
     ):
         self.sampler, self.tokenizer = sampler, tokenizer
-        self.timer = PhaseTimer()  # (the stage loop shares its own)
-        self.check = None  # called between decode chunks, may raise to stop (the stage loop's SIGTERM)
+        self.check, self.timer = check, timer or PhaseTimer()
         self.max_size, self.max_agents, self.horizon = max_size, max_agents, horizon
         self.enable_thinking, self.style, self.buckets = enable_thinking, style, tuple(buckets)
 

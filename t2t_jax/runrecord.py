@@ -7,13 +7,15 @@
 It holds the cursor (phase, stage, step), the counter of checkpoints written, and everything a
 resumed run needs to continue exactly: the configs and reward weights so far, the engineer's
 records, the evaluation points (results.json), the failure accounts and the GRPO trajectory.
+`RunState` is what the stage loop's phases map to their successors: the train state, the
+reference params and this record. A record is never changed in place: a phase returns a new one
+(`dataclasses.replace`), so the state a unit of work began from stays intact for a checkpoint.
 """
 
 from __future__ import annotations
 
 import dataclasses
-
-from t2t_jax.config.upgrade import upgrade_meta
+from typing import Any
 
 PHASES = ("sft", "warm", "grpo")
 
@@ -41,10 +43,37 @@ class RunRecord:
 
     @classmethod
     def from_json(cls, data: dict, config) -> RunRecord:
-        """A checkpoint's record (keys older code did not write filled by config/upgrade.py)."""
+        """A checkpoint's record (keys older code did not write filled: `upgrade_meta`)."""
         data = upgrade_meta(data, config)
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def upgrade_meta(meta: dict, config) -> dict:
+    """A checkpoint's JSON record with the keys older code did not write: `has_ref` (whether a
+    reference model was saved: then grpo.beta > 0 and past the SFT phase) and `trajectory` (the
+    GRPO steps' points for the engineer's account: none recorded)."""
+    out = dict(meta)
+    out.setdefault("has_ref", bool(config.grpo.beta) and out["phase"] != "sft")
+    out.setdefault("trajectory", [])
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class RunState:
+    """The explicit state of the stage loop between two units of work."""
+
+    train: Any  # rl.trainer.TrainState: params, optimizer state, step
+    ref: Any  # the GRPO phase's starting params when kept (RunRecord.has_ref), else {}
+    record: RunRecord
+
+    def replace(self, **changes) -> RunState:
+        """A copy with `changes`; keys of RunRecord go to a copy of the record."""
+        names = {f.name for f in dataclasses.fields(RunRecord)}
+        record = {k: changes.pop(k) for k in list(changes) if k in names}
+        if record:
+            changes["record"] = dataclasses.replace(self.record, **record)
+        return dataclasses.replace(self, **changes)

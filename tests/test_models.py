@@ -13,7 +13,7 @@ from flax import nnx
 from jax.sharding import PartitionSpec
 
 import configs.stage
-from t2t_jax import models, rundir, sharding
+from t2t_jax import models, rundir, runrecord, sharding
 from t2t_jax.config import upgrade
 from t2t_jax.models import qwen3
 from t2t_jax.models.base import Cache, CausalLM
@@ -92,8 +92,8 @@ def test_an_old_runs_config_reads_as_today_and_resumes_without_changes(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps(old))
     assert rundir.current_config(str(tmp_path))["model"]["scan_layers"] is True
     c = configs.stage.get_config()
-    assert upgrade.upgrade_meta({"phase": "grpo"}, c)["has_ref"] is bool(c.grpo.beta)
-    assert upgrade.upgrade_meta({"phase": "sft", "has_ref": True}, c)["has_ref"] is True
+    assert runrecord.upgrade_meta({"phase": "grpo"}, c)["has_ref"] is bool(c.grpo.beta)
+    assert runrecord.upgrade_meta({"phase": "sft", "has_ref": True}, c)["has_ref"] is True
 
 
 def test_the_run_record_round_trips_and_reads_old_checkpoints():

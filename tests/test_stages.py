@@ -489,9 +489,10 @@ def test_the_base_engineer_decodes_with_the_params_grpo_started_from(tmp_path):
 
     launch(tmp_path, "--config.engineer.kind=base", "--config.stages=0")  # SFT, then the warm point
     runner = StageRunner.from_workdir(str(tmp_path))
-    state, ref, meta = runner._restore(runner.ckpt.latest_intact(), runner.trainer.init())
+    run = runner.restore(runner.ckpt.latest_intact())
+    state, meta = run.train, run.record
     assert meta.phase == "grpo" and meta.has_ref and runner.keeps_ref
-    base = runner._base_params(ref, meta)
+    base = runner.base_params(run)
     same = jax.tree.map(lambda a, b: bool(np.array_equal(a, b)), base, state.params)
     assert all(jax.tree.leaves(same))  # the warm start's params: GRPO has not moved yet
     init = jax.tree.map(lambda a, b: bool(np.array_equal(a, b)), base, runner.trainer.initial_params)
@@ -558,7 +559,8 @@ def test_sigterm_inside_a_steps_rollouts_stops_the_engine_and_redoes_the_step(ru
     chunk (no decode call runs), the checkpoint holds the state after step 1 of 2, exit status 0;
     the resume redoes step 2 and ends with the uninterrupted run's parameters."""
     import configs.stage
-    from t2t_jax import rundir, stages
+    from t2t_jax import rundir
+    from t2t_jax.rl import stage
     from t2t_jax.stages import Preempted, StageRunner
 
     workdir, _ = run
@@ -566,7 +568,7 @@ def test_sigterm_inside_a_steps_rollouts_stops_the_engine_and_redoes_the_step(ru
     config.compilation_cache = CACHE
     rundir.open_run(str(tmp_path), config, resume=False).close()
     runner = StageRunner(config, str(tmp_path), progress=False)
-    step_fn, decodes, signalled = stages.grpo_step, [], []
+    step_fn, decodes, signalled = stage.grpo_step, [], []
 
     def step_then_signal(policy, trainer, c, state, ref, pool, step, *args):
         if step == 1 and not signalled:
@@ -576,7 +578,7 @@ def test_sigterm_inside_a_steps_rollouts_stops_the_engine_and_redoes_the_step(ru
 
     decode = runner.policy.sampler._decode
     runner.policy.sampler._decode = lambda *a, **k: decodes.append(bool(signalled)) or decode(*a, **k)
-    monkeypatch.setattr(stages, "grpo_step", step_then_signal)
+    monkeypatch.setattr(stage, "grpo_step", step_then_signal)
     with pytest.raises(Preempted) as stopped:
         runner.run()
     assert stopped.value.code == 0 and signalled == [1]
@@ -584,7 +586,7 @@ def test_sigterm_inside_a_steps_rollouts_stops_the_engine_and_redoes_the_step(ru
     meta = runner.ckpt.meta(runner.ckpt.latest())
     assert (meta["phase"], meta["stage"], meta["step"]) == ("grpo", 0, 1)
 
-    monkeypatch.setattr(stages, "grpo_step", step_fn)
+    monkeypatch.setattr(stage, "grpo_step", step_fn)
     StageRunner(config, str(tmp_path), progress=False).run(resume=True)
     for a, b in zip(jax.tree.leaves(final_params(tmp_path)), jax.tree.leaves(final_params(workdir))):
         np.testing.assert_array_equal(a, b)

@@ -16,10 +16,11 @@ import dataclasses
 import json
 import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from t2t_jax.errors import UserError
+from t2t_jax.fields import leaves, parse_names  # noqa: F401 (leaves: schema.leaves for callers)
 
 
 class ConfigError(UserError, ValueError):
@@ -94,20 +95,6 @@ def _env_json(v) -> bool:
 ENV_JSON = Spec("an EnvConfig JSON string (t2t_jax/env/config.py)", _env_json)
 
 
-def parse_names(spec, legal, field: str) -> tuple[str, ...]:
-    """ "a, b" -> ("a", "b"): comma-separated names, each one of `legal`, none twice ("" -> ()).
-    ValueError names `field` and the first bad name."""
-    if not isinstance(spec, str):
-        raise ValueError(f"{field}: {spec!r} is not a string")
-    names = tuple(x.strip() for x in spec.split(",") if x.strip())
-    bad = [n for n in names if n not in legal]
-    if bad:
-        raise ValueError(f"{field}: {bad[0]!r} is not one of {tuple(legal)}")
-    if len(set(names)) != len(names):
-        raise ValueError(f"{field}: a name appears twice in {spec!r}")
-    return names
-
-
 def names(legal) -> Spec:
     """A comma-separated list of names from `legal` ("" for none), as `parse_names` reads it."""
     return Spec(f"comma-separated names from {list(legal)}, or ''", lambda v: parse_names(v, legal, "") is not None)
@@ -147,8 +134,8 @@ def fields() -> dict[str, Spec]:
     from t2t_jax.models.qwen3.presets import PRESETS
     from t2t_jax.rl import grpo, sft
     from t2t_jax.rl.rewards import TERMS
+    from t2t_jax.rl.step import GUIDANCE, OLD_LOGPROBS
     from t2t_jax.sampling.engine import ENGINES, KV_CHOICES
-    from t2t_jax.stages import GUIDANCE, OLD_LOGPROBS
     from t2t_jax.text.prompts import PROMPT_STYLES
 
     rate = real(0.0, lo_open=True)
@@ -258,18 +245,6 @@ def fields() -> dict[str, Spec]:
         "logging.text_every": integer(1),
     }
     out.update({f"rewards.{t}": real(-10.0, 10.0) for t in TERMS})
-    return out
-
-
-def leaves(config: Mapping, prefix: str = "") -> dict[str, Any]:
-    """Dotted path -> value of every leaf (`mesh` is one leaf: its axis names are free)."""
-    out = {}
-    for key, value in config.items():
-        path = prefix + key
-        if isinstance(value, Mapping) and path != "mesh":
-            out.update(leaves(value, path + "."))
-        else:
-            out[path] = value
     return out
 
 

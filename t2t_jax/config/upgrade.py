@@ -1,7 +1,6 @@
 """Runs begun by older code, read as today's: every fallback for an old run in one place.
 
     config = upgrade_config(json.load(open("run/config.json")))   # fields added since: filled
-    meta = upgrade_meta(checkpointer.meta(step), config)          # checkpoint records too
 
 A field added after a run began is absent from its config.json. It reads as the value that
 reproduces what that run did: `ADDED_AS` where the new field's default changed the behaviour,
@@ -15,7 +14,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from t2t_jax.config import defaults, schema
+from t2t_jax.config import defaults
+from t2t_jax.fields import leaves
 
 # Field -> the value a run made before the field existed behaved as (when not today's default).
 ADDED_AS: dict[str, Any] = {
@@ -28,22 +28,12 @@ ADDED_AS: dict[str, Any] = {
 def upgrade_config(config: dict) -> dict:
     """A copy of a run's config dict with every field it lacks filled (see the module docstring)."""
     out = copy.deepcopy(config)
-    have = schema.leaves(out)
-    for field, value in schema.leaves(defaults.base().to_dict()).items():
+    have = leaves(out)
+    for field, value in leaves(defaults.base().to_dict()).items():
         if field in have:
             continue
         node, *path, leaf = [out, *field.split(".")]
         for key in path:
             node = node.setdefault(key, {})
         node[leaf] = copy.deepcopy(ADDED_AS.get(field, value))
-    return out
-
-
-def upgrade_meta(meta: dict, config) -> dict:
-    """A checkpoint's JSON record with the keys older code did not write: `has_ref` (whether a
-    reference model was saved: then grpo.beta > 0 and past the SFT phase) and `trajectory` (the
-    GRPO steps' points for the engineer's account: none recorded)."""
-    out = dict(meta)
-    out.setdefault("has_ref", bool(config.grpo.beta) and out["phase"] != "sft")
-    out.setdefault("trajectory", [])
     return out

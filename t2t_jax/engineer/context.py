@@ -22,10 +22,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from t2t_jax.config import schema
 from t2t_jax.env import io
 from t2t_jax.env.config import MAX_HOLE_DENSITY, MIN_SIZE, EnvConfig
 from t2t_jax.env.types import ParseStatus
+from t2t_jax.fields import parse_names
 
 FLAGS = (
     "out_of_bounds",
@@ -46,7 +46,7 @@ TRAJECTORY = ("reward", "valid", "tokens", "entropy", "kl", "clip_low", "clip_hi
 
 def parse_sections(spec: str) -> tuple[str, ...]:
     """ "statistics,cases" -> the named sections; ValueError names an unknown one."""
-    return schema.parse_names(spec, SECTIONS, "engineer.sections")
+    return parse_names(spec, SECTIONS, "engineer.sections")
 
 
 def wilson(successes: int, n: int, z: float = 1.96) -> list[float]:

@@ -21,6 +21,7 @@ import jax
 
 from t2t_jax.env import io
 from t2t_jax.env.config import make_config
+from t2t_jax.fields import parse_names
 
 SEED = 20260101
 DATA_DIR = os.path.join(os.path.dirname(__file__), "data")
@@ -56,8 +57,6 @@ OOD = ("ood_6_agents", "ood_dense")
 
 def parse_ood(spec: str) -> tuple[str, ...]:
     """ "ood_6_agents,ood_dense" -> the names (each one of OOD); "" -> none."""
-    from t2t_jax.config.schema import parse_names
-
     return parse_names(spec, OOD, "ood")
 
 

@@ -94,6 +94,29 @@ def sft_batch(policy, boards: Sequence[dict], answer_length: int) -> dict:
     return {"prompt_ids": ids, "prompt_mask": mask, "completion_ids": answers, "completion_mask": answer_mask}
 
 
+def batch_order(boards: int, batch_size: int, steps: int, seed: int | Sequence[int] = 0) -> np.ndarray:
+    """[steps, batch_size] board indices: a seeded permutation of `boards`, epoch after epoch
+    (seed: anything `np.random.default_rng` takes); step s's row depends only on (seed, s)."""
+    rng = np.random.default_rng(seed)
+    order, rows = np.array([], np.int64), []
+    for _ in range(steps):
+        while len(order) < batch_size:
+            order = np.concatenate([order, rng.permutation(boards)])
+        rows.append(order[:batch_size])
+        order = order[batch_size:]
+    return np.array(rows, np.int64).reshape(steps, batch_size)
+
+
+def sft_update(trainer, state, policy, boards: Sequence[dict], answer_length: int):
+    """One SFT update of `state` on `boards` (their "plan" texts): (new TrainState, metrics as
+    host floats); raises TrainingError after too many non-finite updates in a row."""
+    batch = trainer.shard(sft_batch(policy, boards, answer_length))
+    state, metrics = trainer.update(state, batch)
+    metrics = {k: float(v) for k, v in metrics.items()}
+    trainer.check_finite(metrics)
+    return state, metrics
+
+
 def run_sft(
     trainer,
     state,
@@ -104,27 +127,11 @@ def run_sft(
     batch_size: int,
     answer_length: int,
     seed: int | Sequence[int] = 0,
-    start: int = 0,
-    callback=None,
     progress: bool = True,
 ):
-    """SFT updates `start..steps-1` on batches drawn (a seeded permutation, epoch after epoch)
-    from `boards`; the draw of step s depends only on (seed, s) (seed: anything
-    `np.random.default_rng` takes), so a resumed run sees the same batches.
-    `callback(step, state, metrics)` runs after each update (metrics: host floats). Returns the
-    new TrainState."""
-    rng = np.random.default_rng(seed)
-    order = np.array([], np.int64)
-    for step in tqdm(range(steps), desc="sft", initial=0, disable=not progress):
-        while len(order) < batch_size:
-            order = np.concatenate([order, rng.permutation(len(boards))])
-        pick, order = order[:batch_size], order[batch_size:]
-        if step < start:
-            continue
-        batch = trainer.shard(sft_batch(policy, [boards[i] for i in pick], answer_length))
-        state, metrics = trainer.update(state, batch)
-        metrics = {k: float(v) for k, v in metrics.items()}
-        trainer.check_finite(metrics)
-        if callback is not None:
-            callback(step, state, metrics)
+    """SFT updates 0..steps-1 on batches of `batch_order` (the stage loop runs the same updates
+    one at a time: rl/warm_start.py). Returns the new TrainState."""
+    order = batch_order(len(boards), batch_size, steps, seed)
+    for step in tqdm(range(steps), desc="sft", disable=not progress):
+        state, _ = sft_update(trainer, state, policy, [boards[i] for i in order[step]], answer_length)
     return state

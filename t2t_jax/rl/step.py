@@ -26,6 +26,9 @@ from t2t_jax.perf import PhaseTimer, model_flops
 from t2t_jax.rl import grpo
 from t2t_jax.rollout import Rollouts, concat, guide
 
+GUIDANCE = ("none", "witness", "canonical")  # grpo.guidance
+OLD_LOGPROBS = ("recompute", "sampler")  # grpo.old_logprobs
+
 
 class StepOutput(NamedTuple):
     state: Any  # the train state after the update (unchanged when there was none)
@@ -90,7 +93,7 @@ def grpo_step(policy, trainer, config, state, ref, boards, step: int, weights, g
     metrics = {"guided": float(np.mean(ro.guided)), "informative_groups": float(np.mean(np.concatenate(informative)))}
     if signal is not None and not any(signal):
         # No group differs: no update at all (with a zero gradient Adam's momentum alone would still
-        # move the params: 16 such steps took the monitor from 12.6% to 6.1%, docs/experiments.md).
+        # move the params; measured: docs/experiments.md, the no-signal rule).
         return StepOutput(state, ro, concat(drawn), metrics | {"no_signal": 1.0})
     adv = grpo.batch_advantages(
         ro.rewards,

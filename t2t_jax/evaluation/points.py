@@ -1,0 +1,147 @@
+"""Evaluation points of a run: what the stage loop measures after the warm start and each stage.
+
+    evaluator = Evaluator(policy, EvalSettings.from_config(config), check=preemption.check)
+    entry, scalars = evaluator.point("stage_0", params, boards, results, monitor=monitor_boards)
+
+A point is greedy decoding of the benchmark boards (`benchmark.results_entry`), avg@k on them
+with `eval.samples`, avg@k on the training-distribution monitor with `eval.monitor_samples`
+(paired with the run's first point: `monitor_vs_first`), and at the last point the paired change
+on the benchmark since the first point (`vs_first`) and the out-of-distribution sets of
+`eval.ood`. Every evaluation of a run draws the same random numbers (the run's seed alone), so
+two points differ only where the policy does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+from t2t_jax.evaluation import benchmark, sets
+from t2t_jax.perf import PhaseTimer
+
+# The monitor's boards: one fixed draw from env.initial, the same for every seed and arm.
+MONITOR_KEY = 20261202
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSettings:
+    """The slice of the run's config every evaluation shares."""
+
+    max_new_tokens: int  # rollout.max_new_tokens
+    batch_size: int  # eval.batch_size
+    reward_weights: dict  # rewards (the first stage's weights)
+    temperature: float  # rollout.temperature (sampled evaluations)
+    top_p: float  # rollout.top_p
+    seed: int
+    samples: int = 0  # eval.samples: avg@k on the benchmark boards too (0: greedy only)
+    monitor_samples: int = 8  # eval.monitor_samples
+    ood: tuple[str, ...] = ()  # eval.ood, parsed
+    ood_per_cell: int | None = None  # eval.ood_per_cell
+
+    @classmethod
+    def from_config(cls, c) -> EvalSettings:
+        return cls(
+            max_new_tokens=c.rollout.max_new_tokens,
+            batch_size=c.eval.batch_size,
+            reward_weights=c.rewards.to_dict(),
+            temperature=c.rollout.temperature,
+            top_p=c.rollout.top_p,
+            seed=c.seed,
+            samples=c.eval.samples,
+            monitor_samples=c.eval.monitor_samples,
+            ood=sets.parse_ood(c.eval.ood),
+            ood_per_cell=c.eval.ood_per_cell,
+        )
+
+
+class Evaluator:
+    """Evaluations of one run's policy (see the module docstring).
+
+    Args:
+      policy: a rollout.Policy.
+      settings: EvalSettings.
+      check: called before each decode call; may raise to stop (preemption.Preemption.check).
+      timer: the run's PhaseTimer (evaluations count as "evaluation").
+      progress: progress bars.
+    """
+
+    def __init__(
+        self,
+        policy,
+        settings: EvalSettings,
+        check: Callable[[], None] | None = None,
+        timer: PhaseTimer | None = None,
+        progress: bool = False,
+    ):
+        self.policy, self.settings, self.check, self.progress = policy, settings, check, progress
+        self.timer = timer or PhaseTimer()
+
+    def _kw(self) -> dict:
+        s = self.settings
+        return dict(
+            max_new_tokens=s.max_new_tokens,
+            batch_size=s.batch_size,
+            reward_weights=s.reward_weights,
+            progress=self.progress,
+            check=self.check,
+        )
+
+    def evaluate(self, params, boards: Sequence[dict], desc: str, samples: int = 0):
+        """Rollouts of `boards`: greedy, or `samples` per board at the rollout temperature / top_p."""
+        s = self.settings
+        with self.timer.phase("evaluation"):
+            return benchmark.evaluate(
+                self.policy,
+                params,
+                boards,
+                desc=desc,
+                samples=samples,
+                temperature=s.temperature,
+                top_p=s.top_p,
+                seed=s.seed,
+                **self._kw(),
+            )
+
+    def sampled(self, params, boards: Sequence[dict], k: int, desc: str) -> dict:
+        """avg@k / pass@k of `boards` (`benchmark.sampled_entry`)."""
+        s = self.settings
+        return benchmark.sampled_entry(self.evaluate(params, boards, desc, samples=k), k, s.temperature, s.top_p)
+
+    def point(
+        self,
+        name: str,
+        params,
+        boards: Sequence[dict],
+        results: Sequence[dict],
+        monitor: Sequence[dict] = (),
+        paired: bool = False,
+        extra: dict | None = None,
+    ) -> tuple[dict, dict]:
+        """(the results entry of point `name`, its TensorBoard scalars). `results`: the run's
+        earlier points (the first is what this one is paired with); `paired` (the last point):
+        `vs_first` and the OOD sets; `extra`: more keys of the entry."""
+        s = self.settings
+        entry = benchmark.results_entry(name, self.evaluate(params, boards, f"eval {name}"))
+        entry.update(extra or {})
+        if s.samples:
+            entry["sampled"] = self.sampled(params, boards, s.samples, f"eval {name} avg@{s.samples}")
+        first = results[0] if results else None
+        if paired and "board_valid" in first:  # (absent in runs begun before it existed)
+            entry["vs_first"] = benchmark.paired_change(first, entry)
+        values = {
+            "benchmark/valid": entry["valid"],
+            "benchmark/optimal": entry["optimal"],
+            "benchmark/mean_tokens": entry["mean_tokens"],
+        }
+        if paired and s.ood:  # the last point: the out-of-distribution sets too
+            entry["ood"] = benchmark.evaluate_ood(self.policy, params, s.ood, s.ood_per_cell, **self._kw())
+            values.update({f"ood/{n}/{k}": e[k] for n, e in entry["ood"].items() for k in ("valid", "optimal")})
+        if monitor:
+            entry["monitor"] = self.sampled(params, monitor, s.monitor_samples, f"monitor {name}")
+            values.update({f"monitor/{k}": entry["monitor"][k] for k in ("avg_valid", "avg_optimal", "pass_valid")})
+            if first is not None and "monitor" in first:
+                entry["monitor_vs_first"] = {
+                    **benchmark.paired_sampled_change(first["monitor"], entry["monitor"]),
+                    "against": first["point"],
+                }
+        return entry, values

@@ -1,0 +1,71 @@
+"""What every phase of the stage loop is given: `Loop`, the run's collaborators.
+
+    loop.guard(run, fn)           # one unit of work (preemption.Preemption.guard)
+    loop.save(run)                # a checkpoint of a RunState and the records beside it
+    loop.boards(env, key, num)    # certified boards of an EnvConfig (stoppable between chunks)
+    loop.key(7), loop.key(100, s) # the run's keys: functions of (seed, parts) only
+    loop.writer                   # TensorBoard (made at its first write)
+
+A phase is a function `phase(loop, run, ...) -> run` of an explicit `runrecord.RunState`
+(t2t_jax/rl/warm_start.py, t2t_jax/rl/stage.py, the stage's end in t2t_jax/stages.py); it
+changes nothing it is given but returns the new state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+from t2t_jax.env import io
+from t2t_jax.env.certified import CertifiedGenerator
+from t2t_jax.env.config import EnvConfig
+from t2t_jax.evaluation.points import Evaluator
+from t2t_jax.perf import PhaseTimer
+from t2t_jax.preemption import Preemption
+from t2t_jax.rollout import Policy
+from t2t_jax.runrecord import RunState
+
+
+@dataclasses.dataclass
+class Loop:
+    config: Any  # the run's ConfigDict (each phase reads its own sections)
+    policy: Policy  # decodes for rollouts, evaluations and the engineer
+    evaluator: Evaluator
+    preemption: Preemption
+    timer: PhaseTimer  # where a stage's time goes
+    save: Callable[[RunState], None]  # checkpoint + records (results.json, proposals.jsonl)
+    make_writer: Callable[[], Any]  # -> logging.SummaryWriter
+    progress: bool = True
+    _writer: Any = None
+
+    @property
+    def writer(self):
+        """TensorBoard events, the file made at the first write (reading a run adds none)."""
+        if self._writer is None:
+            self._writer = self.make_writer()
+        return self._writer
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def guard(self, run: RunState, fn: Callable[[], Any]):
+        """`fn()` as one unit of work begun at `run` (preemption.Preemption.guard)."""
+        return self.preemption.guard(run, fn)
+
+    def key(self, *parts: int):
+        """The run's key folded with `parts` (a function of (seed, parts) only)."""
+        key = jax.random.key(self.config.seed)
+        for p in parts:
+            key = jax.random.fold_in(key, p)
+        return key
+
+    def boards(self, env: EnvConfig, key, num: int) -> list[dict]:
+        """`num` certified boards of `env` (with their optimal plans), as JSON-ready dicts."""
+        gen = CertifiedGenerator(env, horizon=self.config.env.horizon, chunk=self.config.env.chunk)
+        with self.timer.phase("certification"):
+            return io.boards_with_plans_to_json(*gen(key, num, check=self.preemption.check))
