@@ -255,7 +255,7 @@ def test_breakdown_ranks_the_worst_cells_first_within_a_bucket():
     ]
     assert out[0]["failures"] == {"vertex_collision": 4, "goals_not_reached": 4} and out[0]["boards"] == 4
     assert out[0]["valid_ci"][1] < 0.5 and len(context.breakdown(ro, np.zeros(len(cells), int), limit=1)) == 1
-    assert context._band({"size": 10, "holes": [[0, 0]] * 50}) == 4  # 50% holes: the last band, closed
+    assert context.hole_band({"size": 10, "holes": [[0, 0]] * 50}) == 4  # 50% holes: the last band, closed
 
 
 def test_training_details_and_the_account_sections():

@@ -39,3 +39,38 @@ def _child(**extra):
 def test_the_process_restarts_once_with_the_tunable():
     assert _child() == "glibc.malloc.hugetlb=1"
     assert _child(T2T_JAX_REEXEC="0") == "unset"
+
+
+def test_only_the_cpu_backend_restarts():
+    assert hostenv.cpu_backend({"JAX_PLATFORMS": "cpu"}, device_files=("/dev/null",))
+    assert not hostenv.cpu_backend({"JAX_PLATFORMS": "tpu,cpu"}, device_files=())
+    assert not hostenv.cpu_backend({}, device_files=("/dev/null",))  # an accelerator's device file exists
+    assert hostenv.cpu_backend({}, device_files=("/dev/no-such-accelerator*",))
+    assert hostenv.malloc_env({"JAX_PLATFORMS": "cuda"}) is None
+
+
+def test_a_launcher_is_recognised_from_the_command_line():
+    assert hostenv.launcher(["python", "-m", "launch.main", "--config=x"]) == "launch.main"
+    assert hostenv.launcher(["python", "-u", "-m", "launch.eval"]) == "launch.eval"
+    assert hostenv.launcher(["python", "-m", "pytest", "-q"]) is None
+    assert hostenv.launcher(["python", "script.py", "-m", "launch.main"]) is None
+    assert hostenv.launcher(["python"]) is None
+
+
+def test_running_a_launcher_restarts_it_with_the_tunable(tmp_path):
+    """`python -m launch.NAME` restarts through launch/__init__.py before the module runs."""
+    env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "T2T_JAX_REEXEC")}
+    root = os.path.dirname(os.path.dirname(__file__))
+    (tmp_path / "launch").mkdir()
+    (tmp_path / "launch" / "__init__.py").write_text(open(os.path.join(root, "launch", "__init__.py")).read())
+    (tmp_path / "launch" / "probe.py").write_text("import os\nprint(os.environ.get('GLIBC_TUNABLES', 'unset'))\n")
+    run = lambda **extra: subprocess.run(  # noqa: E731
+        [sys.executable, "-m", "launch.probe"],
+        env=env | {"JAX_PLATFORMS": "cpu", "PYTHONPATH": root} | extra,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    ).stdout.strip()
+    assert run() == "glibc.malloc.hugetlb=1"
+    assert run(JAX_PLATFORMS="tpu") == "unset"

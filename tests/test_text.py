@@ -57,11 +57,11 @@ def test_special_ids(tok):
 
 def test_tokenizer_covers_prompts_answers_and_configs(tok):
     """No unknown tokens and exact round trips on 10,000 generated prompts and answers."""
-    from t2t_jax.text.tokenizer import _corpus
+    from t2t_jax.text.tokenizer import training_corpus
 
     unk = tok.unk_token_id
     count = 0
-    for text in _corpus(2500, seed=123):  # 4 texts per board: system, user, answer, config
+    for text in training_corpus(2500, seed=123):  # 4 texts per board: system, user, answer, config
         ids = tok(text, add_special_tokens=False)["input_ids"]
         assert unk is None or unk not in ids
         assert tok.decode(ids) == text

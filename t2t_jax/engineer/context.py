@@ -106,7 +106,7 @@ def failure_cases(rollouts, budget: int, answer_chars: int = 400) -> list[dict]:
     return cases
 
 
-def _band(board: dict) -> int:
+def hole_band(board: dict) -> int:
     """The hole-density band index of a board (the last band is closed: 0.5 goes in [0.4, 0.5])."""
     density = len(board["holes"]) / board["size"] ** 2
     return min(int(np.searchsorted(HOLE_BANDS, density, side="right")) - 1, len(HOLE_BANDS) - 2)
@@ -117,7 +117,8 @@ def breakdown(rollouts, buckets: np.ndarray, limit: int) -> list[dict]:
     (`buckets` [rows]: each row's bucket), ranked by valid rate, then by the most boards; each
     with its rates, 95% intervals and the failure flags seen."""
     keys = [
-        (int(b), int(board["size"]), len(board["starts"]), _band(board)) for b, board in zip(buckets, rollouts.boards)
+        (int(b), int(board["size"]), len(board["starts"]), hole_band(board))
+        for b, board in zip(buckets, rollouts.boards)
     ]
     cells = {}
     for i, key in enumerate(keys):

@@ -62,7 +62,7 @@ def stop_ids(tok) -> list[int]:
     return ids
 
 
-def _corpus(num_boards: int, seed: int = 0):
+def training_corpus(num_boards: int, seed: int = 0):
     """Texts like those the tokenizer will see: chat prompts, plans, config JSON."""
     from t2t_jax.env import io, reference
     from t2t_jax.env.types import ACTION_NAMES
@@ -101,7 +101,7 @@ def build_embedded(out_dir: str = EMBEDDED_DIR, num_boards: int = 3000) -> None:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(_corpus(num_boards), trainer=trainer)
+    tok.train_from_iterator(training_corpus(num_boards), trainer=trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, pad_token=PAD, eos_token=IM_END, additional_special_tokens=[IM_START, THINK, END_THINK]
     )
