@@ -28,6 +28,9 @@ _ALLOW = flags.DEFINE_list(
     "that may differ from the run's; the changes are recorded in history.jsonl.",
 )
 _PROGRESS = flags.DEFINE_bool("progress", True, "Show progress bars.")
+_BREAK_LOCK = flags.DEFINE_bool(
+    "break_lock", False, "Take over the run directory's stale lock (one whose process is gone: its message says so)."
+)
 
 
 def main(argv):
@@ -39,7 +42,9 @@ def main(argv):
 
     schema.validate(_CONFIG.value)
     schema.check_inputs(_CONFIG.value)
-    run = rundir.open_run(_WORKDIR.value, _CONFIG.value, resume=_RESUME.value, allow=_ALLOW.value)
+    run = rundir.open_run(
+        _WORKDIR.value, _CONFIG.value, resume=_RESUME.value, allow=_ALLOW.value, break_lock=_BREAK_LOCK.value
+    )
     try:
         from t2t_jax.stages import StageRunner
 

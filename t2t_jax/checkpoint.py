@@ -18,19 +18,23 @@ steps in turn: a step whose files are missing, truncated or changed is moved asi
 `../corrupt_checkpoints/STEP` with a warning naming it and the file, and the one before is
 tried; none intact is a `CheckpointError`. (A step written before checksums existed is
 trusted as it is.)
+
+The directory may be a local path or a gs:// URL: Orbax writes either (through etils.epath and
+tensorstore), and the checksums, their verification and the set-aside go through
+t2t_jax/storage.py, so a bucket is verified as a disk is (on GCS the set-aside copies the
+step's objects, then deletes them: there is no rename).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
 import sys
 
 import jax
 import orbax.checkpoint as ocp
 
+from t2t_jax import storage
 from t2t_jax.errors import UserError
 
 CHECKSUMS = "t2t_checksums.json"
@@ -43,28 +47,25 @@ class CheckpointError(UserError):
 def file_digests(directory: str) -> dict[str, list]:
     """Relative path -> [size, sha256 hex] of every file under `directory` but CHECKSUMS."""
     out = {}
-    for root, _, files in os.walk(directory):
-        for name in sorted(files):
-            path = os.path.join(root, name)
-            rel = os.path.relpath(path, directory)
-            if rel == CHECKSUMS:
-                continue
-            h = hashlib.sha256()
-            with open(path, "rb") as f:
-                for block in iter(lambda: f.read(1 << 23), b""):
-                    h.update(block)
-            out[rel] = [os.path.getsize(path), h.hexdigest()]
+    for rel in storage.walk_files(directory):
+        if rel == CHECKSUMS:
+            continue
+        h, size = hashlib.sha256(), 0
+        with storage.open(storage.join(directory, rel), "rb") as f:
+            for block in iter(lambda: f.read(1 << 23), b""):
+                h.update(block)
+                size += len(block)
+        out[rel] = [size, h.hexdigest()]
     return out
 
 
 def verify(step_dir: str) -> str | None:
     """None when the step's files match its CHECKSUMS (or it has none), else what differs."""
-    path = os.path.join(step_dir, CHECKSUMS)
-    if not os.path.exists(path):
+    path = storage.join(step_dir, CHECKSUMS)
+    if not storage.exists(path):
         return None
     try:
-        with open(path) as f:
-            expected = json.load(f)
+        expected = json.loads(storage.read_text(path))
     except (OSError, ValueError) as e:
         return f"{CHECKSUMS} unreadable ({e})"
     actual = file_digests(step_dir)
@@ -82,7 +83,7 @@ class Checkpointer:
     """An Orbax CheckpointManager keeping the last `keep` steps under `directory`."""
 
     def __init__(self, directory: str, keep: int = 3):
-        self.directory = os.path.abspath(directory)
+        self.directory = storage.resolve(directory)
         options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True, enable_async_checkpointing=False)
         self.manager = ocp.CheckpointManager(self.directory, options=options)
 
@@ -97,16 +98,10 @@ class Checkpointer:
         self.manager.wait_until_finished()
         if jax.process_index() == 0:
             step_dir = self._step_dir(step)
-            digests = file_digests(step_dir)
-            tmp = os.path.join(step_dir, CHECKSUMS + ".tmp")
-            with open(tmp, "w") as f:
-                json.dump(digests, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, os.path.join(step_dir, CHECKSUMS))
+            storage.write_atomic(storage.join(step_dir, CHECKSUMS), json.dumps(file_digests(step_dir)))
 
     def _step_dir(self, step: int) -> str:
-        return os.path.join(self.directory, str(step))
+        return storage.join(self.directory, str(step))
 
     def latest(self) -> int | None:
         """The newest complete checkpoint (not verified: see latest_intact)."""
@@ -131,10 +126,9 @@ class Checkpointer:
                 return step
             problems.append(f"{step}: {problem}")
             if jax.process_index() == 0:
-                aside = os.path.join(os.path.dirname(self.directory), "corrupt_checkpoints", str(step))
-                os.makedirs(os.path.dirname(aside), exist_ok=True)
-                shutil.rmtree(aside, ignore_errors=True)
-                shutil.move(self._step_dir(step), aside)
+                aside = storage.join(storage.dirname(self.directory), "corrupt_checkpoints", str(step))
+                storage.remove_tree(aside)
+                storage.move(self._step_dir(step), aside)
             self.manager.reload()
         if problems:
             raise CheckpointError(

@@ -87,6 +87,8 @@ def test_a_second_process_on_the_same_directory_refuses_at_once(tmp_path):
     try:
         with pytest.raises(rundir.RunDirError, match="in use by another process"):
             rundir.open_run(str(workdir), config(), resume=True)
+        with pytest.raises(rundir.RunDirError, match=f"its lock {workdir}/.lock is held by host .*, pid {os.getpid()}"):
+            rundir.open_run(str(workdir), config(), resume=True)  # (the message names the lock and its owner)
         out = subprocess.run(
             [
                 sys.executable,

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import io as _io
 import json
-import os
-import tempfile
 from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from t2t_jax import storage
 from t2t_jax.env.config import MIN_SIZE
 from t2t_jax.env.types import ACTION_NAMES, UNKNOWN, Boards, ParseStatus, Plans
 
@@ -231,19 +230,10 @@ def read_plans(path: str) -> list[dict]:
 
 
 def write_atomic(path: str, data: str | bytes | Iterable[str]) -> None:
-    """Write `data` (text, bytes, or text chunks, streamed) to a temporary file beside `path`,
-    then rename: nothing half-written is left."""
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
-            f.writelines([data] if isinstance(data, (str, bytes)) else data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    """Write `data` (text, bytes, or text chunks, streamed) so that nothing half-written is left:
+    locally a temporary file beside `path`, then a rename; on gs:// one object put
+    (t2t_jax/storage.py)."""
+    storage.write_atomic(path, data)
 
 
 def write_png(path: str, image) -> None:
