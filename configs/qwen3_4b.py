@@ -4,11 +4,14 @@ measures transfer), the engineer editing the other axes between stages.
 
     python -m launch.main --config=configs/qwen3_4b.py --config.model.checkpoint=/path/to/Qwen3-4B \
         --workdir=gs://bucket/t2t/run1
-    # multi-host (TPU pods: addresses are auto-detected)
+    # multi-host: the same command on every host (TPU pods: addresses are auto-detected)
     python -m launch.main --config=configs/qwen3_4b.py --config.distributed.enabled=True ...
+    # the rehearsal: every code path of this config with the tiny model, on CPU in minutes
+    python -m launch.main --config=configs/qwen3_4b.py:rehearsal --workdir=/tmp/rehearsal
 
 No SFT (a pretrained model already answers in the format). Full benchmark sets (150 boards per
-cell) at the first and last points.
+cell) at the first and last points. Memory and time per chip of this config's compiled steps:
+`python -m launch.aot --config=configs/qwen3_4b.py --suggest` (docs/model.md).
 """
 
 import json
@@ -19,9 +22,8 @@ from t2t_jax.config.defaults import base
 def get_config(arg: str = ""):
     c = base()
     # attention auto: splash on TPU, cuDNN on GPU (attn_chunk 512: the chunked kernel elsewhere).
-    # Micro-batches of 32 sequences of 512 + 8,192 tokens fit v5e-16 at fsdp=16 (12.3 GiB of 15.75;
-    # `python -m launch.aot --config=configs/qwen3_4b.py --suggest`, docs/model.md); the engine's
-    # 64 decode slots fit it too (5.3 GiB). v5p-64 takes the 256 rows in one micro-batch.
+    # 8 micro-batches of 32 sequences of 512 + 8,192 tokens at fsdp over every chip (what fits
+    # where: `launch.aot --suggest`, docs/model.md).
     c.model.update(preset="qwen3-4b", checkpoint="", dtype="bfloat16", remat="full", attention="auto", attn_chunk=512)
     c.mesh = {"data": 1, "fsdp": -1, "tensor": 1}
     c.env.initial = json.dumps(
@@ -35,10 +37,9 @@ def get_config(arg: str = ""):
         }
     )
     # The continuous-batching engine: 64 rows in flight, so a 7,000-token reply holds one slot, not
-    # the whole batch; on TPU its cache is paged (rollout.kv=auto), a pool of every slot's 8,704
-    # tokens (pages=0: no row waits). A pool of fewer pages holds more slots in the same memory:
-    # slots=256 with pages=8720 (557,056 tokens, a mean of 2,176 per row) fit v5e-16 in 5.4 GiB
-    # (`launch.aot --what=paged_decode`, docs/model.md); rows beyond it wait or are recomputed.
+    # the whole batch; on TPU its cache is paged (rollout.kv=auto), a pool of every slot's full
+    # length (pages=0: no row waits). A pool of fewer pages holds more slots in the same memory;
+    # rows beyond it wait or are recomputed (`launch.aot --what=paged_decode`, docs/model.md).
     c.rollout.update(
         max_new_tokens=8192,
         temperature=1.0,
@@ -58,6 +59,18 @@ def get_config(arg: str = ""):
     c.train.update(micro_batches=8, logprob_chunk=512, share_prompts=False)
     c.engineer.update(agent_range=(2, 2), failure_cases=8)
     c.eval.update(per_cell=None, mid_per_cell=30, heldout=256, batch_size=64)
-    if arg:
-        raise ValueError(f"configs/qwen3_4b.py: unknown argument {arg!r}")
+    if arg == "rehearsal":  # every code path above, with the tiny model (tests/test_rehearsal.py)
+        c.model.update(preset="tiny", checkpoint="", tokenizer="", attn_chunk=16)  # the embedded tokenizer
+        c.rollout.update(max_new_tokens=24, slots=8, chunk=8, kv="paged", page_size=8)
+        c.grpo.update(steps=2, prompts=4, group_size=4)
+        c.train.update(micro_batches=2, logprob_chunk=8)
+        c.stages = 2
+        c.engineer.update(failure_cases=1, max_tokens=200, max_edits=1)
+        c.eval.update(
+            per_cell=1, mid_per_cell=1, heldout=8, batch_size=16, monitor=8, monitor_samples=2, ood_per_cell=1
+        )
+        c.checkpoint.update(every=1)
+        c.logging.update(text_every=1)
+    elif arg:
+        raise ValueError(f"configs/qwen3_4b.py: unknown argument {arg!r} (known: rehearsal)")
     return c

@@ -43,10 +43,8 @@ def get_config(arg: str = ""):
         warmup_steps=10,
         targets="canonical",
         answer_length=64,
-        # The warm-start check: below 1% avg@8 valid on 256 boards of env.initial (seed 2's
-        # 800 steps: 0.2%, and no arm learned from it), 400 more steps on `straight` targets, at
-        # most twice (seed 2: 0.2% -> 11.3% on the monitor after one round; canonical targets:
-        # 2.0%; docs/experiments.md).
+        # The warm-start check: below 1% avg@8 valid on 256 boards of env.initial, 400 more steps
+        # on `straight` targets, at most twice (why straight: docs/experiments.md, "The warm-start check").
         check_boards=256,
         check_samples=8,
         min_valid=0.01,
@@ -64,14 +62,13 @@ def get_config(arg: str = ""):
     # Up to 4 rounds of 16 boards per step, keeping the groups whose valid / optimal rewards
     # differ (most groups of the warm-started model are all-invalid or all-valid and carry no
     # advantage); the batch is filled up from the last round at advantage 0. A constant 2e-4 after
-    # 4 warmup updates (3e-5 decaying to 1e-5 by stage 2 did not move the monitor; 3e-4 on 8
-    # boards a step lowered it; docs/experiments.md).
+    # 4 warmup updates (the rates tried: docs/experiments.md, "Tuning the embedded default").
     c.grpo.update(
         steps=16, prompts=16, group_size=8, loss_type="dapo", beta=0.0, dynamic_sampling=True, dynamic_sampling_rounds=3
     )
     c.optim.update(learning_rate=2e-4, warmup_steps=4, decay_steps=48, end_lr_fraction=1.0)
-    # The engineer's agent counts: those of the warm start and the benchmark (a 1-agent bucket it
-    # once added cost the policy 12 benchmark boards and gained none; docs/stage_loop.md).
+    # The engineer's agent counts: those of the warm start and the benchmark (why not 1 agent:
+    # docs/experiments.md, "Tuning the embedded default").
     c.engineer.update(failure_cases=2, agent_range=(2, 5))
     c.eval.update(
         per_cell=30, mid_per_cell=6, heldout=32, batch_size=64, monitor=256, monitor_samples=8, ood_per_cell=10

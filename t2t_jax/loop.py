@@ -19,6 +19,7 @@ from typing import Any
 
 import jax
 
+from t2t_jax import distributed
 from t2t_jax.env import io
 from t2t_jax.env.certified import CertifiedGenerator
 from t2t_jax.env.config import EnvConfig
@@ -65,7 +66,8 @@ class Loop:
         return key
 
     def boards(self, env: EnvConfig, key, num: int) -> list[dict]:
-        """`num` certified boards of `env` (with their optimal plans), as JSON-ready dicts."""
+        """`num` certified boards of `env` (with their optimal plans), as JSON-ready dicts; on
+        several hosts, host 0's (every host draws the same, but agreement is not left to luck)."""
         gen = CertifiedGenerator(env, horizon=self.config.env.horizon, chunk=self.config.env.chunk)
         with self.timer.phase("certification"):
-            return io.boards_with_plans_to_json(*gen(key, num, check=self.preemption.check))
+            return distributed.from_host0(io.boards_with_plans_to_json(*gen(key, num, check=self.preemption.check)))

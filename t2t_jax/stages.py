@@ -33,7 +33,7 @@ import jax
 import numpy as np
 from absl import logging
 
-from t2t_jax import models
+from t2t_jax import distributed, models
 from t2t_jax import sharding as shd
 from t2t_jax.checkpoint import Checkpointer, CheckpointError
 from t2t_jax.engineer.context import build_account
@@ -55,23 +55,6 @@ from t2t_jax.sampling import make_sampler
 from t2t_jax.text.tokenizer import load_tokenizer, stop_ids
 
 
-def setup_distributed(config) -> None:
-    """`jax.distributed.initialize` when `distributed.enabled` (coordinator, processes and
-    process id from the config, or auto-detected on TPU pods / SLURM when left empty)."""
-    if not config.enabled:
-        return
-    kwargs = {
-        k: v
-        for k, v in (
-            ("coordinator_address", config.coordinator_address),
-            ("num_processes", config.num_processes),
-            ("process_id", config.process_id),
-        )
-        if v not in (None, "", -1)
-    }
-    jax.distributed.initialize(**kwargs)
-
-
 def setup_compilation_cache(path: str) -> None:
     """JAX's persistent compilation cache in `path` (~ expanded; empty: off). Every compiled
     function is kept (no minimum compile time), so a rerun or a resumed run of the same shapes
@@ -90,7 +73,7 @@ class StageRunner:
     def __init__(self, config, workdir: str, progress: bool = True):
         c = self.config = config
         self.workdir, self.progress = os.path.abspath(workdir), progress
-        setup_distributed(c.distributed)
+        distributed.initialize(c.distributed)  # (launch.main has done it before the run directory)
         setup_compilation_cache(c.compilation_cache)
         self.mesh = shd.make_mesh(dict(c.mesh)) if c.mesh else None
         self.tokenizer = load_tokenizer(c.model.tokenizer or c.model.checkpoint or None)
@@ -238,6 +221,7 @@ class StageRunner:
             self.preemption.check()
             with self.timer.phase("engineer"):
                 proposal = engineer.propose(run.train.params, account, env_config, self.first, weights)
+            proposal = distributed.from_host0(proposal)  # (every host decodes the same; host 0's is the record)
             run = run.replace(
                 records=[*run.record.records, proposal],
                 history=[*run.record.history, proposal["config"]],

@@ -4,7 +4,8 @@ starts). Modes:
   sharded OUT                   8 fake devices: the sharded update == the single-device update,
                                 also with shared prompts (groups of 2) against every row in full
   multihost PORT PID NPROC OUT  one of NPROC processes (2 fake devices each) of a
-                                jax.distributed run over localhost; process 0 writes the params
+                                jax.distributed run over localhost: a fresh state is
+                                checkpointed, then updates; process 0 writes the params
 """
 
 import os
@@ -74,7 +75,7 @@ def batch(rows=8, grouped=False):
     }
 
 
-def train(mesh, rows_of_this_process, steps=3, share_prompts=False, grouped=False):
+def train(mesh, steps=3, share_prompts=False, grouped=False, checkpoint=None):
     model = qwen3.Qwen3(CONFIG, rngs=nnx.Rngs(0))
     if mesh is not None:
         sharding.shard_model(model, mesh)
@@ -82,7 +83,13 @@ def train(mesh, rows_of_this_process, steps=3, share_prompts=False, grouped=Fals
     settings.train.share_prompts = share_prompts
     trainer = Trainer(model, settings, loss="grpo", mesh=mesh)
     state = trainer.init()
-    data = trainer.shard({k: v[rows_of_this_process] for k, v in batch(grouped=grouped).items()})
+    if checkpoint is not None:  # a fresh state spans every process: it can be checkpointed
+        from t2t_jax.checkpoint import Checkpointer
+
+        ckpt = Checkpointer(checkpoint)
+        ckpt.save(1, {"state": state}, {"fresh": True})
+        ckpt.close()
+    data = trainer.shard(batch(grouped=grouped))  # (each process feeds the rows its devices hold)
     for _ in range(steps):
         state, metrics = trainer.update(state, data)
     return state, float(metrics["loss"])
@@ -97,27 +104,26 @@ def flat(params):
 def main():
     if MODE == "sharded":
         assert len(jax.devices()) == 8
-        single, loss = train(None, slice(None))
+        single, loss = train(None)
         ref = flat(single.params)
         for axes in ({"fsdp": 4, "tensor": 2}, {"data": 2, "fsdp": 4}, {"fsdp": -1}, {"tensor": 2, "data": 4}):
-            state, l2 = train(sharding.make_mesh(axes), slice(None))
+            state, l2 = train(sharding.make_mesh(axes))
             got = flat(jax.tree.map(lambda x: jax.device_put(x, jax.devices()[0]), state.params))
             for k in ref:
                 np.testing.assert_allclose(got[k], ref[k], atol=2e-5, err_msg=f"{axes} {k}")
             assert abs(l2 - loss) < 1e-5, (axes, l2, loss)
             print("ok", axes, flush=True)
         np.savez(sys.argv[2], **ref)
-        full = flat(train(None, slice(None), grouped=True)[0].params)
-        state, _ = train(sharding.make_mesh({"data": 2, "fsdp": 4}), slice(None), share_prompts=True, grouped=True)
+        full = flat(train(None, grouped=True)[0].params)
+        state, _ = train(sharding.make_mesh({"data": 2, "fsdp": 4}), share_prompts=True, grouped=True)
         got = flat(jax.tree.map(lambda x: jax.device_put(x, jax.devices()[0]), state.params))
         for k in full:
             np.testing.assert_allclose(got[k], full[k], atol=2e-5, err_msg=f"shared prompts {k}")
         print("ok shared prompts", flush=True)
         return
-    pid, nproc, out = int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+    pid, out = int(sys.argv[3]), sys.argv[5]  # (the process count is initialize's)
     mesh = sharding.make_mesh({"fsdp": -1})
-    rows = 8 // nproc
-    state, loss = train(mesh, slice(pid * rows, (pid + 1) * rows))
+    state, loss = train(mesh, checkpoint=os.path.join(os.path.dirname(os.path.abspath(out)), "fresh_state"))
     gathered = jax.jit(lambda p: p, out_shardings=jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))(
         state.params
     )

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec
 
 from t2t_jax import sharding as shd
 from t2t_jax.rl import grpo
@@ -213,23 +214,36 @@ class Trainer:
 
     def init(self, params=None) -> TrainState:
         """A fresh state at `params` (default: the model's initial weights), copied: updates
-        donate their input state, and the originals stay usable (the reference, the base)."""
+        donate their input state, and the originals stay usable (the reference, the base). On a
+        mesh every leaf spans the mesh (the optimizer's moments as their params, its counters and
+        the step replicated), so a checkpoint of the state spans every process."""
         params = jax.tree.map(jnp.copy, self.initial_params if params is None else params)
-        opt_state = jax.jit(self.tx.init)(params)
-        return TrainState(params=params, opt_state=opt_state, step=jnp.int32(0))
+        if self.mesh is None:
+            return TrainState(params=params, opt_state=jax.jit(self.tx.init)(params), step=jnp.int32(0))
+        replicated = NamedSharding(self.mesh, PartitionSpec())
+        shapes = jax.eval_shape(self.tx.init, params)
+        shardings = optax.tree_map_params(
+            self.tx, lambda _, p: p.sharding, shapes, params, transform_non_params=lambda _: replicated
+        )
+        opt_state = jax.jit(self.tx.init, out_shardings=shardings)(params)
+        step = jax.jit(lambda: jnp.int32(0), out_shardings=replicated)()
+        return TrainState(params=params, opt_state=opt_state, step=step)
 
     def model(self, params):
         """A Qwen3 module view of `params` (for sampling)."""
         return nnx.merge(self.graphdef, params)
 
     def shard(self, batch: dict) -> dict:
-        """Host arrays (this process's rows) -> global arrays, batch axis over the data axes."""
+        """The whole batch's host arrays (the same on every process) -> global arrays, batch axis
+        over the data axes; each process copies only the rows its devices hold, so adding hosts
+        divides an update's rows among them."""
         if self.mesh is None:
             return {k: jnp.asarray(v) for k, v in batch.items()}
-        return {
-            k: jax.make_array_from_process_local_data(shd.batch_sharding(self.mesh, np.ndim(v)), np.asarray(v))
-            for k, v in batch.items()
-        }
+        out = {}
+        for k, v in batch.items():
+            v = np.asarray(v)
+            out[k] = jax.make_array_from_callback(v.shape, shd.batch_sharding(self.mesh, v.ndim), lambda i, v=v: v[i])
+        return out
 
     def logprobs(self, params, batch, temperature: float | None = None) -> jax.Array:
         """[B, C] completion log-probs under `params` (at `rollout.temperature` by default),
