@@ -63,9 +63,8 @@ from absl import app, flags  # noqa: E402
 from flax import nnx  # noqa: E402
 from jax.experimental import topologies  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
 
-from t2t_jax import sharding  # noqa: E402
+from t2t_jax import cli, sharding  # noqa: E402
 from t2t_jax.models import qwen3  # noqa: E402
 from t2t_jax.models.paged import PagedKV, pool_shards  # noqa: E402
 from t2t_jax.perf import CHIPS, model_flops  # noqa: E402
@@ -94,7 +93,7 @@ flags.DEFINE_integer("page_size", 64, "paged_decode: tokens per page.")
 flags.DEFINE_integer(
     "kv_tokens", 0, "paged_decode: tokens the page pool holds over all rows (0: every row at --decode_length)."
 )
-_CONFIG = config_flags.DEFINE_config_file(
+_CONFIG = cli.DEFINE_config_file(
     "config", None, "A stage-loop config (e.g. configs/qwen3_4b.py): its model and shapes replace the flags above."
 )
 flags.DEFINE_list(
@@ -484,4 +483,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

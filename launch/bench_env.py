@@ -23,11 +23,6 @@ Prints one JSON object per line with `name`, `batch`, `ours_per_s`, `baseline`,
 
 from __future__ import annotations
 
-if __name__ == "__main__":  # restart with the malloc tunable before jax loads: t2t_jax/hostenv.py
-    from t2t_jax import hostenv
-
-    hostenv.reexec_with_malloc_tunables()
-
 import json
 import os
 import random
@@ -36,8 +31,9 @@ import time
 
 import jax
 import numpy as np
-from absl import app, flags
+from absl import flags
 
+from t2t_jax import cli
 from t2t_jax.env import distances, io, reference, solver
 from t2t_jax.env.certified import CertifiedGenerator
 from t2t_jax.env.config import make_config
@@ -47,16 +43,21 @@ from t2t_jax.env.validator import validate
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("batches", ["256", "1024", "4096", "16384"], "Batch sizes.")
-flags.DEFINE_integer("baseline_boards", 300, "Boards each per-board baseline is timed on.")
-flags.DEFINE_integer("repeats", 3, "Timed repeats (the best is kept).")
-flags.DEFINE_integer("horizon", 32, "Plan horizon for validation.")
+flags.DEFINE_integer(
+    "baseline_boards", 300, "Boards each per-board baseline is timed on.", lower_bound=1, upper_bound=100_000
+)
+flags.DEFINE_integer("repeats", 3, "Timed repeats (the best is kept).", lower_bound=1, upper_bound=100)
+flags.DEFINE_integer("horizon", 32, "Plan horizon for validation.", lower_bound=1, upper_bound=1024)
 flags.DEFINE_bool("pogema", True, "Measure POGEMA (with --pogema_python).")
-flags.DEFINE_integer("certified_boards", 2048, "Boards for the end-to-end certified benchmark.")
+flags.DEFINE_integer(
+    "certified_boards", 2048, "Boards for the end-to-end certified benchmark.", lower_bound=1, upper_bound=1_000_000
+)
 flags.DEFINE_string(
     "pogema_python",
     os.path.expanduser("~/.cache/t2t_jax/pogema-venv/bin/python"),
     "A Python interpreter with pogema installed (see the module docstring); absent: skipped.",
 )
+cli.int_list("batches", 1, 1 << 20)
 
 CONFIGS = {
     "10x10_a5_h30": ([{"size": 10, "agents": 5, "hole_density": 0.3}], (10, 5, 0.3)),
@@ -279,4 +280,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

@@ -22,11 +22,6 @@ Like every launcher it restarts itself with glibc's huge-page malloc tunable
 
 from __future__ import annotations
 
-if __name__ == "__main__":  # restart with the malloc tunable before jax loads: t2t_jax/hostenv.py
-    from t2t_jax import hostenv
-
-    hostenv.reexec_with_malloc_tunables()
-
 import json
 import os
 import statistics
@@ -39,25 +34,35 @@ import numpy as np
 from absl import app, flags
 from flax import nnx
 
+from t2t_jax import cli
 from t2t_jax.models import qwen3
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("shapes", ["tiny", "100m"], "Presets to measure.")
 flags.DEFINE_list("benches", ["train", "grpo", "shared", "decode"], "Which measurements to run.")
-flags.DEFINE_integer("batch", 4, "Sequences per step.")
-flags.DEFINE_integer("length", 128, "Tokens per sequence.")
-flags.DEFINE_integer("repeats", 3, "Timed repeats (best kept).")
+flags.DEFINE_integer("batch", 4, "Sequences per step.", lower_bound=1, upper_bound=4096)
+flags.DEFINE_integer("length", 128, "Tokens per sequence.", lower_bound=2, upper_bound=1 << 17)
+flags.DEFINE_integer("repeats", 3, "Timed repeats (best kept).", lower_bound=1, upper_bound=100)
 flags.DEFINE_list("decode_batches", ["1", "16", "64"], "Batch sizes for decoding.")
-flags.DEFINE_integer("prompt", 32, "Prompt tokens for decoding.")
-flags.DEFINE_integer("new_tokens", 32, "New tokens per row for decoding.")
-flags.DEFINE_integer("shared_groups", 8, "Prompts (groups) per GRPO batch of the shared-prompt row.")
-flags.DEFINE_integer("group_size", 8, "Samples per prompt of the shared-prompt row.")
-flags.DEFINE_integer("slots", 64, "Rows in flight of the engine bench (the static side's batch).")
-flags.DEFINE_integer("chunk", 32, "Decode steps per engine call.")
-flags.DEFINE_integer("requests", 256, "Requests per mix of the engine bench.")
+flags.DEFINE_integer("prompt", 32, "Prompt tokens for decoding.", lower_bound=1, upper_bound=1 << 17)
+flags.DEFINE_integer("new_tokens", 32, "New tokens per row for decoding.", lower_bound=1, upper_bound=1 << 17)
+flags.DEFINE_integer(
+    "shared_groups", 8, "Prompts (groups) per GRPO batch of the shared-prompt row.", lower_bound=1, upper_bound=4096
+)
+flags.DEFINE_integer("group_size", 8, "Samples per prompt of the shared-prompt row.", lower_bound=1, upper_bound=4096)
+flags.DEFINE_integer(
+    "slots", 64, "Rows in flight of the engine bench (the static side's batch).", lower_bound=1, upper_bound=4096
+)
+flags.DEFINE_integer("chunk", 32, "Decode steps per engine call.", lower_bound=1, upper_bound=4096)
+flags.DEFINE_integer("requests", 256, "Requests per mix of the engine bench.", lower_bound=1, upper_bound=100_000)
 flags.DEFINE_list("mixes", ["default_lengths", "heavy_tailed"], "Request mixes of the engine bench.")
 flags.DEFINE_string("kv", "dense", "The engine bench's cache: dense or paged (rollout.kv; off TPU paged gathers).")
 flags.DEFINE_bool("scan_layers", True, "Our layers under one lax.scan (False: unrolled), see Qwen3.")
+cli.one_of("shapes", qwen3.PRESETS)
+cli.one_of("benches", ("train", "grpo", "shared", "decode", "engine"))
+cli.one_of("mixes", ("default_lengths", "heavy_tailed"))
+cli.one_of("kv", ("auto", "dense", "paged"))
+cli.int_list("decode_batches", 1, 4096)
 
 
 def paired(ours, baseline, repeats):
@@ -381,4 +386,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

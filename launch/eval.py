@@ -18,42 +18,157 @@ score as unparsable answers and are counted in the tables' usage line.
         --max_new_tokens=8192 --concurrency=32 --api_key_env=OPENAI_API_KEY
 """
 
-if __name__ == "__main__":  # restart with the malloc tunable before jax loads: t2t_jax/hostenv.py
-    from t2t_jax import hostenv
-
-    hostenv.reexec_with_malloc_tunables()
-
 import json
 import os
 
 from absl import app, flags, logging
+
+from t2t_jax import cli
+from t2t_jax.errors import UserError
 
 _RUN = flags.DEFINE_string("run", "", "A launch.main workdir (its config.json and latest checkpoint).")
 _HF = flags.DEFINE_string("hf", "", "A local Hugging Face Qwen3 checkpoint directory.")
 _API_BASE = flags.DEFINE_string("api_base", "", "An OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1.")
 _MODEL = flags.DEFINE_string("model", "", "The model name at --api_base.")
 _API_KEY_ENV = flags.DEFINE_string("api_key_env", "", "The environment variable holding the API key (for --api_base).")
-_CONCURRENCY = flags.DEFINE_integer("concurrency", 8, "Requests in flight (for --api_base).", lower_bound=1)
-_TIMEOUT = flags.DEFINE_float("timeout", 600.0, "Seconds per request (for --api_base).", lower_bound=0.001)
+_CONCURRENCY = flags.DEFINE_integer(
+    "concurrency", 8, "Requests in flight (for --api_base).", lower_bound=1, upper_bound=1024
+)
+_TIMEOUT = flags.DEFINE_float(
+    "timeout", 600.0, "Seconds per request (for --api_base).", lower_bound=0.001, upper_bound=86400.0
+)
 _RETRIES = flags.DEFINE_integer(
-    "retries", 4, "Retries of a failed request, with backoff (for --api_base).", lower_bound=0
+    "retries", 4, "Retries of a failed request, with backoff (for --api_base).", lower_bound=0, upper_bound=100
 )
 _OUT = flags.DEFINE_string("out", "", "Output directory (default: the run's workdir, or ./eval_<name>).")
-_PER_CELL = flags.DEFINE_integer("per_cell", None, "Boards per (agents, size) cell (default: all 150).")
-_MAX_NEW = flags.DEFINE_integer("max_new_tokens", None, "Token budget (default: the run's, or 4096).")
-_BATCH = flags.DEFINE_integer("batch_size", 64, "Boards per decode batch.")
+_PER_CELL = flags.DEFINE_integer(
+    "per_cell", None, "Boards per (agents, size) cell (default: all 150).", lower_bound=1, upper_bound=150
+)
+_MAX_NEW = flags.DEFINE_integer(
+    "max_new_tokens", None, "Token budget (default: the run's, or 4096).", lower_bound=1, upper_bound=1 << 17
+)
+_BATCH = flags.DEFINE_integer("batch_size", 64, "Boards per decode batch.", lower_bound=1, upper_bound=4096)
 _THINKING = flags.DEFINE_bool("enable_thinking", False, "Thinking mode (for --hf and --api_base).")
 _STYLE = flags.DEFINE_string("prompt_style", "full", "Prompt style for --hf and --api_base (full, compact, offsets).")
 _LABEL = flags.DEFINE_string("label", "", "The row name of this model in the tables.")
 _SAMPLES = flags.DEFINE_integer(
-    "samples", 0, "k > 0: also k sampled completions per board (avg@k, pass@k).", lower_bound=0
+    "samples", 0, "k > 0: also k sampled completions per board (avg@k, pass@k).", lower_bound=0, upper_bound=1024
 )
-_TEMPERATURE = flags.DEFINE_float("temperature", 1.0, "Sampling temperature of --samples (> 0).")
-_TOP_P = flags.DEFINE_float("top_p", 1.0, "Nucleus of --samples, in (0, 1].")
-_SEED = flags.DEFINE_integer("seed", 0, "Seed of the --samples draws.")
+_TEMPERATURE = flags.DEFINE_float(
+    "temperature", 1.0, "Sampling temperature of --samples (> 0).", lower_bound=0.0, upper_bound=100.0
+)
+_TOP_P = flags.DEFINE_float("top_p", 1.0, "Nucleus of --samples, in (0, 1].", lower_bound=0.0, upper_bound=1.0)
+_SEED = flags.DEFINE_integer("seed", 0, "Seed of the --samples draws.", lower_bound=0, upper_bound=2**32 - 1)
 _OOD = flags.DEFINE_string(
     "ood", "ood_6_agents,ood_dense", "Out-of-distribution sets scored too (greedy; '' for none)."
 )
+
+cli.finite("timeout", "temperature", "top_p")
+
+MAX_RECORD_BYTES = 256 << 20  # a checkpoint's JSON record (and its checksums) larger than this is refused
+
+
+def _read_json(path: str):
+    """A JSON file, bounded (t2t_jax/env/io.py `loads_bounded`); UserError names the file."""
+    from t2t_jax.env import io
+
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_RECORD_BYTES + 1)
+        if len(raw) > MAX_RECORD_BYTES:
+            raise ValueError(f"{path}: larger than {MAX_RECORD_BYTES} bytes")
+        return io.loads_bounded(raw.decode("utf-8"), path)
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not UTF-8 text (byte {e.start + 1})") from None
+    except (OSError, ValueError) as e:
+        raise UserError(str(e) if not isinstance(e, OSError) else f"{path}: {e.strerror}") from None
+
+
+def checkpoint_problem(step_dir: str) -> str | None:
+    """What is wrong with a checkpoint directory, read-only (None: intact): its checksums record
+    (t2t_jax/checkpoint.py CHECKSUMS) must exist, list every file of the step as [size, sha256]
+    and match them, and its JSON record (meta/metadata, a RunRecord) must hold the record's
+    fields with their types."""
+    from t2t_jax.checkpoint import CHECKSUMS, file_digests
+    from t2t_jax.runrecord import PHASES
+
+    path = os.path.join(step_dir, CHECKSUMS)
+    if not os.path.isfile(path):
+        return f"{path} is missing: the checkpoint cannot be verified"
+    try:
+        expected = _read_json(path)
+    except UserError as e:
+        return str(e)
+    if not isinstance(expected, dict) or not expected:
+        return f"{path}: not a record of the checkpoint's files (a JSON object of path: [size, sha256])"
+    for rel, entry in expected.items():
+        ok = isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], str)
+        if not ok or not isinstance(entry[0], int) or isinstance(entry[0], bool) or entry[0] < 0:
+            return f"{path}: {rel}: {entry!r} is not [size, sha256]"
+    actual = file_digests(step_dir)
+    for rel in sorted(set(actual) | set(expected)):
+        if rel not in expected:
+            return f"{path} does not list {rel}"
+        if rel not in actual:
+            return f"{os.path.join(step_dir, rel)} is missing"
+        if actual[rel] != expected[rel]:
+            return f"{os.path.join(step_dir, rel)} differs from what was written ({CHECKSUMS})"
+    meta_path = os.path.join(step_dir, "meta", "metadata")
+    if not os.path.isfile(meta_path):
+        return f"{meta_path} is missing (the run's record)"
+    try:
+        meta = _read_json(meta_path)
+    except UserError as e:
+        return str(e)
+    if not isinstance(meta, dict):
+        return f"{meta_path}: the run's record is not a JSON object"
+    if meta.get("phase") not in PHASES:
+        return f"{meta_path}: phase: {meta.get('phase')!r} is not one of {list(PHASES)}"
+    for name in ("stage", "step", "counter"):
+        value = meta.get(name)
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 2**31 - 1:
+            return f"{meta_path}: {name}: {value!r} is not an integer in [0, {2**31 - 1}]"
+    for name in ("history", "weights", "records", "results", "accounts"):
+        if not isinstance(meta.get(name), list):
+            return f"{meta_path}: {name}: {meta.get(name)!r} is not a list"
+    return None
+
+
+def check_run(run: str) -> None:
+    """--run, checked read-only before any work: a launch.main run directory (config.json, a JSON
+    object) whose newest checkpoint is intact (`checkpoint_problem`). launch.eval evaluates that
+    checkpoint and writes nothing into the run: a damaged one is refused, naming the file
+    (`launch.main --resume` is what falls back to an older one, moving the damaged aside)."""
+    if "://" in run:
+        return  # (remote run directories: the checkpointer's own checks)
+    if not os.path.isdir(run):
+        raise UserError(f"--run: {run} is not a directory")
+    config = os.path.join(run, "config.json")
+    if not os.path.isfile(config):
+        raise UserError(f"--run: {run} holds no config.json (not a launch.main run directory)")
+    if not isinstance(_read_json(config), dict):
+        raise UserError(f"--run: {config} is not a JSON object (the run's config)")
+    directory = os.path.join(run, "checkpoints")
+    steps = sorted(int(d) for d in (os.listdir(directory) if os.path.isdir(directory) else ()) if d.isdigit())
+    if not steps:
+        raise UserError(f"--run: no checkpoint under {directory}")
+    problem = checkpoint_problem(os.path.join(directory, str(steps[-1])))
+    if problem:
+        raise UserError(
+            f"--run: the latest checkpoint ({steps[-1]}) is damaged: {problem}; launch.eval evaluates only an "
+            "intact latest checkpoint (launch.main --resume falls back to an older one)"
+        )
+
+
+def check_out(out: str) -> None:
+    """--out (or its default), checked before any work: a directory that exists or can be made."""
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise UserError(f"--out: {out} is a file; give a directory")
+    parent = os.path.abspath(out)
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"--out: {parent} is not a writable directory")
 
 
 def main(argv):
@@ -86,6 +201,7 @@ def main(argv):
         from t2t_jax.serving.client import ChatClient
 
         out = _OUT.value or f"eval_{_MODEL.value.replace('/', '_')}"
+        check_out(out)
         client = ChatClient(
             _API_BASE.value,
             _MODEL.value,
@@ -100,6 +216,11 @@ def main(argv):
     else:
         from t2t_jax.serving.local import load_local
 
+        check_out(_OUT.value or (_RUN.value or "."))
+        if _RUN.value:
+            check_run(_RUN.value)
+        elif not os.path.isfile(os.path.join(_HF.value, "config.json")):
+            raise UserError(f"--hf: {_HF.value} holds no config.json (a Hugging Face checkpoint directory)")
         local = load_local(_RUN.value, _HF.value, _THINKING.value, _STYLE.value)
         policy, params, name = local.policy, local.params, local.name
         budget = _MAX_NEW.value or local.max_new_tokens
@@ -153,6 +274,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    from t2t_jax import cli
-
     cli.run(main)

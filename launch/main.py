@@ -14,11 +14,10 @@ if __name__ == "__main__":  # restart with the malloc tunable before jax loads: 
     hostenv.reexec_with_malloc_tunables()
 
 from absl import flags, logging
-from ml_collections import config_flags
 
 from t2t_jax import cli
 
-_CONFIG = config_flags.DEFINE_config_file("config", "configs/stage.py", "The run's config file.")
+_CONFIG = cli.DEFINE_config_file("config", "configs/stage.py", "The run's config file.")
 _WORKDIR = flags.DEFINE_string("workdir", "runs/default", "Where checkpoints, logs and results go.")
 _RESUME = flags.DEFINE_bool("resume", False, "Continue the run in --workdir from its latest checkpoint.")
 _ALLOW = flags.DEFINE_list(

@@ -19,23 +19,23 @@ per line; `stats` one JSON object per bucket; `solve` one JSON object per board 
 
 from __future__ import annotations
 
-if __name__ == "__main__":  # restart with the malloc tunable before jax loads: t2t_jax/hostenv.py
-    from t2t_jax import hostenv
-
-    hostenv.reexec_with_malloc_tunables()
-
+import contextlib
 import json
+import math
 import os
+import shutil
 import sys
+import tempfile
 
 import jax
 import numpy as np
 from absl import app, flags
 from tqdm import tqdm
 
+from t2t_jax import cli
 from t2t_jax.env import io, solver
 from t2t_jax.env.certified import CertifiedGenerator
-from t2t_jax.env.config import ConfigError, load_config
+from t2t_jax.env.config import ConfigError, EnvConfig
 from t2t_jax.env.generator import CORRIDORS, LINE, Generator
 from t2t_jax.env.types import ParseStatus
 from t2t_jax.env.validator import validate
@@ -45,19 +45,20 @@ from t2t_jax.text.parsing import MAX_LINE, parse_completions
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("config", None, "EnvConfig: a JSON file or inline JSON.")
-flags.DEFINE_integer("num", 1000, "Boards to generate.", lower_bound=1)
-flags.DEFINE_integer("seed", 0, "PRNG seed.")
-flags.DEFINE_integer("chunk", 4096, "Boards per jitted generator call.", lower_bound=1)
+flags.DEFINE_integer("num", 1000, "Boards to generate.", lower_bound=1, upper_bound=10_000_000)
+flags.DEFINE_integer("seed", 0, "PRNG seed.", lower_bound=0, upper_bound=2**32 - 1)
+flags.DEFINE_integer("chunk", 4096, "Boards per jitted generator call.", lower_bound=1, upper_bound=65536)
 flags.DEFINE_string("out", None, "Output JSON-lines file (generate).")
 flags.DEFINE_string("boards", None, "Boards JSON-lines file.")
 flags.DEFINE_string("plans", None, "Plans JSON-lines file (validate).")
-flags.DEFINE_integer("limit", 0, "Boards to show (0 = all).", lower_bound=0)
+flags.DEFINE_integer("limit", 0, "Boards to show (0 = all).", lower_bound=0, upper_bound=10**9)
 flags.DEFINE_integer("max_size", 10, "Padded grid side when reading boards.", lower_bound=3, upper_bound=31)
 flags.DEFINE_integer("max_agents", 5, "Padded agent slots when reading boards.", lower_bound=1, upper_bound=16)
 flags.DEFINE_bool("certify", True, "generate: certify optimal makespans (and drop infeasible boards).")
 flags.DEFINE_integer("horizon", 64, "Longest plan searched when certifying / solving.", lower_bound=1, upper_bound=1024)
-flags.DEFINE_integer("workers", 0, "Solver processes (0 = one per CPU).", lower_bound=0)
+flags.DEFINE_integer("workers", 0, "Solver processes (0 = one per CPU).", lower_bound=0, upper_bound=256)
 flags.DEFINE_list("sets", list(SETS), "build_sets: which eval sets.")
+cli.one_of("sets", SETS)
 
 flags.DEFINE_integer("cell", 40, "render: pixels per cell.", lower_bound=4, upper_bound=200)
 
@@ -89,9 +90,68 @@ def _writable_out(directory: bool = False) -> str:
     return out
 
 
+MAX_CONFIG_BYTES = 1 << 20
+
+
+def _env_config():
+    """--config (a JSON file or inline JSON), read strictly: bounded JSON (t2t_jax/env/io.py's
+    `loads_bounded`), every value a number or a [low, high] pair of numbers (a size of "4" is
+    refused, not converted), then the EnvConfig's own ranges. Errors name --config's file and
+    the field."""
+    spec = _require("config")
+    where, text = "--config", spec
+    if not spec.lstrip().startswith("{"):
+        where = spec
+        if os.path.isdir(spec):
+            raise ConfigError(f"--config: {spec} is a directory; give a JSON file or inline JSON")
+        with open(spec, "rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{spec}: larger than {MAX_CONFIG_BYTES} bytes; not an environment config")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"{spec}: not UTF-8 text (byte {e.start + 1})") from None
+    data = io.loads_bounded(text, where)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a JSON object, got {type(data).__name__}")
+    _numbers_only(data, where, "")
+    try:
+        return EnvConfig.from_json(data)
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None
+
+
+def _numbers_only(node, where: str, path: str) -> None:
+    """Every leaf of an environment config is a number (not a string, a boolean or null)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            _numbers_only(value, where, f"{path}.{key}" if path else key)
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            _numbers_only(value, where, f"{path}[{i}]")
+    elif isinstance(node, io.BigNumber):
+        raise ConfigError(f"{where}: {path}: {node!r} is out of range")
+    elif isinstance(node, bool) or not isinstance(node, (int, float)):
+        raise ConfigError(f"{where}: {path}: {node!r} is not a number")
+    elif not math.isfinite(node):
+        raise ConfigError(f"{where}: {path}: {node!r} is not a finite number")
+
+
 def _boards():
     """--boards, read and every board checked (errors name file:line: field)."""
     return io.read_boards(_require("boards"), FLAGS.max_size, FLAGS.max_agents)
+
+
+def _plans(boards: int) -> list[dict]:
+    """--plans, read and checked: one plan per board of --boards, in their order."""
+    plan_items = io.read_plans(_require("plans"))
+    if len(plan_items) != boards:
+        raise app.UsageError(
+            f"--plans: {FLAGS.plans} holds {len(plan_items)} plans for the {boards} boards of {FLAGS.boards}; "
+            "give one plan per board, in the boards' order"
+        )
+    return plan_items
 
 
 def _plan_horizon(texts) -> int:
@@ -127,7 +187,7 @@ def certified_boards(config, num: int, seed: int, chunk: int) -> list[dict]:
 
 
 def cmd_generate():
-    config = load_config(_require("config"))
+    config = _env_config()
     out = _writable_out()
     if FLAGS.certify:
         boards = certified_boards(config, FLAGS.num, FLAGS.seed, FLAGS.chunk)
@@ -176,9 +236,7 @@ def cmd_validate():
     """One JSON verdict per board, in chunks of VALIDATE_CHUNK boards, each with the plan slots
     its own longest line needs (at most [chunk, agents, ~MAX_LINE / 2] actions in memory)."""
     items, boards = _boards()
-    plan_items = io.read_plans(_require("plans"))
-    if len(plan_items) != len(items):
-        raise app.UsageError(f"{len(items)} boards but {len(plan_items)} plans")
+    plan_items = _plans(len(items))
     for start in range(0, len(items), VALIDATE_CHUNK):
         part = slice(start, start + VALIDATE_CHUNK)
         texts = [p.get("text", "") for p in plan_items[part]]
@@ -201,7 +259,7 @@ def cmd_show():
 
 
 def cmd_stats():
-    config = load_config(_require("config"))
+    config = _env_config()
     boards, source = generate_boards(config, FLAGS.num, FLAGS.seed, FLAGS.chunk, progress=False)
     bucket = np.array([b["bucket"] for b in boards])
     for j, spec in enumerate(config.buckets):
@@ -230,21 +288,47 @@ def cmd_stats():
 
 def cmd_render():
     """board_i.png per board, plan_i.gif per plan (from --plans, else the boards' own `plan`
-    witness when they carry one), and grid.png of the first 16 boards."""
+    witness when they carry one), and grid.png of the first 16 boards. Everything is checked,
+    then drawn into a temporary directory beside --out and moved in only when all of it is drawn:
+    a refusal or a failure leaves --out as it was."""
     from t2t_jax.render import board_image, boards_grid, save_gif
     from t2t_jax.text.parsing import parse_completion
 
-    items = _boards()[0][: FLAGS.limit or None]
-    texts = [p.get("text", "") for p in io.read_plans(FLAGS.plans)] if FLAGS.plans else [b.get("plan") for b in items]
     out = _writable_out(directory=True)
-    os.makedirs(out, exist_ok=True)
-    for i, board in enumerate(items):
-        board_image(board, FLAGS.cell).save(os.path.join(out, f"board_{i}.png"))
-        if i < len(texts) and texts[i]:
-            plan, _ = parse_completion(texts[i], len(board["starts"]), 4 * FLAGS.horizon)
-            save_gif(board, plan, os.path.join(out, f"plan_{i}.gif"), FLAGS.cell)
-    boards_grid(items[:16]).save(os.path.join(out, "grid.png"))
+    items = _boards()[0]
+    texts = [p.get("text", "") for p in _plans(len(items))] if FLAGS.plans else [b.get("plan") for b in items]
+    items = items[: FLAGS.limit or None]
+    made = _missing_dirs(out)
+    for d in reversed(made):
+        os.mkdir(d)
+    tmp = tempfile.mkdtemp(prefix=".render_", dir=out)
+    try:
+        for i, board in enumerate(items):
+            board_image(board, FLAGS.cell).save(os.path.join(tmp, f"board_{i}.png"))
+            if i < len(texts) and texts[i]:
+                plan, _ = parse_completion(texts[i], len(board["starts"]), 4 * FLAGS.horizon)
+                save_gif(board, plan, os.path.join(tmp, f"plan_{i}.gif"), FLAGS.cell)
+        boards_grid(items[:16]).save(os.path.join(tmp, "grid.png"))
+        for name in sorted(os.listdir(tmp)):
+            os.replace(os.path.join(tmp, name), os.path.join(out, name))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        for d in made:  # (the directories this command made, deepest first, if still empty)
+            with contextlib.suppress(OSError):
+                os.rmdir(d)
+        raise
+    os.rmdir(tmp)
     print(json.dumps({"rendered": len(items), "out": out}), file=sys.stderr)
+
+
+def _missing_dirs(path: str) -> list[str]:
+    """`path` and its ancestors that do not exist yet, deepest first."""
+    out = []
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        out.append(path)
+        path = os.path.dirname(path)
+    return out
 
 
 def main(argv):
@@ -260,6 +344,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    from t2t_jax import cli
-
     cli.run(main)

@@ -28,6 +28,8 @@ import time
 
 from absl import app, flags
 
+from t2t_jax import cli
+
 _CONFIG = flags.DEFINE_string("config", "configs/stage.py", "The stage-loop config file of every run.")
 _ARMS = flags.DEFINE_string("arms", "grpo,shuffle", "Comma-separated arms (see the module docstring).")
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds; each has its own warm start.")
@@ -35,6 +37,7 @@ _WORKDIR = flags.DEFINE_string("workdir", "runs/study", "The study's directory."
 _REFERENCE = flags.DEFINE_string("reference", "", "The arm the others are compared with (default: the first).")
 _DRY = flags.DEFINE_bool("dry_run", False, "Print the runs' commands and stop.")
 _MERGE = flags.DEFINE_list("merge", [], "Study directories to report over together; runs nothing.")
+cli.int_list("seeds", 0, 2**32 - 1)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -160,6 +163,9 @@ def main(argv):
     from t2t_jax.config import schema
 
     for arm, s, _, _, cmd in plan:  # every run's config, checked before any work
+        message = cli.config_error(cmd)  # (the file, its argument, the override names)
+        if message:
+            raise schema.ConfigError(f"arm {arm!r}, seed {s}: {message}")
         try:
             schema.validate(run_config(cmd))
         except (schema.ConfigError, ValueError, flags.Error) as e:
@@ -195,6 +201,4 @@ def parse_flags(argv):
 
 
 if __name__ == "__main__":
-    from t2t_jax import cli
-
     cli.run(main, flags_parser=parse_flags)

@@ -254,3 +254,44 @@ def test_solver_workers_die_with_their_parent(tmp_path, hard_boards, sig):
     finally:
         for pid in _alive(workers | {proc.pid}):
             os.kill(pid, signal.SIGKILL)
+
+
+# -- issue 31 ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["show", "validate", "solve"])
+def test_numbers_past_int64_and_deep_json_are_named_not_tracebacks(tmp_path, command):
+    """OverflowError (show, solve) and RecursionError (validate's plans) before: now the file, the
+    line and the field, with the legal range."""
+    boards, plans = tmp_path / "boards.jsonl", tmp_path / "plans.jsonl"
+    if command == "validate":
+        boards.write_text(json.dumps(BOARD) + "\n")
+        plans.write_text('{"text": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+        message = f"{plans}:1: JSON nested deeper than 32 levels"
+    else:
+        boards.write_text(json.dumps(BOARD) + "\n" + json.dumps(BOARD | {"optimal_makespan": 2**64}) + "\n")
+        message = f"{boards}:2: optimal_makespan: 18446744073709551616 is outside the legal range [0, 2147483647]"
+    out = mapf(command, f"--boards={boards}", *([f"--plans={plans}"] if command == "validate" else []))
+    assert out.returncode == 2 and "Traceback" not in out.stderr and message in out.stderr, out.stderr[-2000:]
+    assert out.stdout == ""
+
+
+def test_generate_refuses_a_size_given_as_a_string(tmp_path):
+    """Converted to 4 and accepted before."""
+    config = tmp_path / "env.json"
+    config.write_text('{"buckets": [{"size": "4", "agents": 2}]}')
+    out = mapf("generate", f"--config={config}", "--num=4", "--certify=false", f"--out={tmp_path / 'b.jsonl'}")
+    assert out.returncode == 2 and f"error: {config}: buckets[0].size: '4' is not a number" in out.stderr, out.stderr
+    assert not (tmp_path / "b.jsonl").exists()
+
+
+@pytest.mark.parametrize("plans", [1, 3])
+def test_render_refuses_other_plan_counts_than_boards_and_leaves_nothing(tmp_path, plans):
+    """Rendered (the plans paired with the wrong boards, or some ignored) before."""
+    boards, plan_file, out = tmp_path / "boards.jsonl", tmp_path / "plans.jsonl", tmp_path / "render" / "out"
+    boards.write_text((json.dumps(BOARD) + "\n") * 2)
+    plan_file.write_text('{"text": "Agent 0: STAY"}\n' * plans)
+    done = mapf("render", f"--boards={boards}", f"--plans={plan_file}", f"--out={out}")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert f"--plans: {plan_file} holds {plans} plans for the 2 boards of {boards}" in done.stderr
+    assert not (tmp_path / "render").exists()

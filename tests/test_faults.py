@@ -58,3 +58,42 @@ def test_bad_board_files_paths_and_eval_runs_are_refused_cleanly():
     cases, summary = sweep("--areas=mapf,eval")
     assert all(c["outcome"] == "clean" for c in cases), [c for c in cases if c["outcome"] != "clean"]
     assert [s["area"] for s in summary] == ["mapf", "eval"] and summary[0]["cases"] >= 25 and summary[1]["cases"] == 3
+
+
+# -- issue 31: the widened sweep -------------------------------------------------------------------
+
+
+def test_a_refusal_must_leave_what_was_there_as_it_was(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "kept.png").write_text("x")
+    before = faults.snapshot(str(out))
+    assert faults.classify(2, "error: --plans: p", ("--plans",), str(out), before) == "clean"
+    (out / "board_0.png").write_text("partial")
+    assert faults.classify(2, "error: --plans: p", ("--plans",), str(out), before) == "wrote"
+    (tmp_path / "empty").mkdir()  # (an empty directory left behind is no data)
+    assert faults.classify(2, "error: --out: x", ("--out",), str(tmp_path / "empty")) == "clean"
+
+
+def test_every_numeric_flag_gets_wrong_type_non_finite_huge_and_out_of_range_values():
+    assert faults.flag_values({"type": "int", "lower_bound": "1", "upper_bound": "150"}) == ["x", str(10**30), "0"]
+    assert faults.flag_values({"type": "int"}) == ["x", str(10**30), "-1", "0"]  # (no bounds declared)
+    assert faults.flag_values({"type": "float", "lower_bound": "0.001"}) == ["x", "nan", "inf", "-0.999"]
+    assert faults.flag_values({"type": "bool"}) == ["maybe"]
+    assert faults.flag_values({"type": "comma separated list of strings"}) == []
+
+
+def test_the_areas_are_registered_and_each_launcher_declares_bounds_on_every_number():
+    assert {"config", "overrides", "flags", "mapf", "eval", "eval_runs"} <= set(faults.AREAS)
+    declared = faults.declared_flags("launch.eval")  # (one subprocess: its --helpxml)
+    numbers = [f for f in declared if f["type"] in ("int", "float")]
+    assert {f["name"] for f in numbers} >= {"per_cell", "batch_size", "samples", "seed", "timeout"}
+    assert all(f.get("lower_bound") is not None and f.get("upper_bound") is not None for f in numbers), numbers
+
+
+@pytest.mark.slow
+def test_mistyped_overrides_bad_flags_and_damaged_runs_are_refused_cleanly():
+    cases, summary = sweep("--areas=overrides,flags,eval_runs", "--launchers=eval,study")
+    assert all(c["outcome"] == "clean" for c in cases), [c for c in cases if c["outcome"] != "clean"]
+    assert [s["area"] for s in summary] == ["overrides", "flags", "eval_runs"]
+    assert summary[0]["cases"] >= 20 and summary[1]["cases"] >= 40 and summary[2]["cases"] >= 12

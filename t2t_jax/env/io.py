@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io as _io
 import json
+import re
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -58,6 +59,30 @@ def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)  # (JSON true is no size)
 
 
+INT32_MAX = 2**31 - 1  # every number of a board is stored as int32
+MAX_DEPTH = 32  # JSON nesting a board or plan line may have (a board needs 3)
+MAX_LINE_BYTES = 1 << 20  # the longest line of a board or plan file
+MAX_DIGITS = 30  # longer integer literals are read as a BigNumber (never converted)
+
+
+class BigNumber(str):
+    """An integer literal of more than MAX_DIGITS digits, kept as its text: no field accepts it."""
+
+    def __repr__(self) -> str:
+        return f"{self[:12]}...({len(self.lstrip('-'))} digits)"
+
+
+def _int_field(value, where: str, lo: int, hi: int) -> int:
+    """`value` as an integer in [lo, hi]; ValueError names `where` and the legal range."""
+    if isinstance(value, BigNumber):
+        raise ValueError(f"{where}: {value!r} is outside the legal range [{lo}, {hi}]")
+    if not _is_int(value):
+        raise ValueError(f"{where}: {value!r} is not an integer in [{lo}, {hi}]")
+    if not lo <= value <= hi:
+        raise ValueError(f"{where}: {value} is outside the legal range [{lo}, {hi}]")
+    return value
+
+
 def _cells(value, where: str, n: int) -> list[tuple[int, int]]:
     if not isinstance(value, list):
         raise ValueError(f"{where}: expected a list of [row, col] pairs")
@@ -90,10 +115,9 @@ def boards_from_json(
         if not isinstance(item, dict):
             raise ValueError(f"{where}: a board is a JSON object, got {type(item).__name__}")
         n = item.get("size")
-        if not _is_int(n):
+        if not _is_int(n) and not isinstance(n, BigNumber):
             raise ValueError(f"{where}: size: {n!r} is not an integer")
-        if not MIN_SIZE <= n <= max_size:
-            raise ValueError(f"{where}: size: {n} is outside the legal range [{MIN_SIZE}, {max_size}]")
+        n = _int_field(n, f"{where}: size", MIN_SIZE, max_size)
         hs = _cells(item.get("holes", []), f"{where}: holes", n)
         ss = _cells(item.get("starts"), f"{where}: starts", n)
         gs = _cells(item.get("goals"), f"{where}: goals", n)
@@ -112,9 +136,11 @@ def boards_from_json(
         goals[i, : len(gs)] = gs
         mask[i, : len(ss)] = True
         for name in ("bucket", *extra):
-            if item.get(name) is not None and not _is_int(item[name]):
-                raise ValueError(f"{where}: {name}: {item[name]!r} is not an integer")
-        bucket[i] = item.get("bucket", 0)
+            if item.get(name) is not None:
+                _int_field(item[name], f"{where}: {name}", 0, INT32_MAX)
+        if item.get("plan") is not None and not isinstance(item["plan"], str):
+            raise ValueError(f"{where}: plan: {item['plan']!r} is not a string (the plan text)")
+        bucket[i] = item.get("bucket") or 0
         for name in extra:
             if item.get(name) is not None:
                 extra[name][i] = item[name]
@@ -187,19 +213,66 @@ def verdict_to_json(verdicts, i: int) -> dict:
     return out
 
 
+class _NotJson(ValueError):
+    pass
+
+
+def _constant(name: str):
+    raise _NotJson(f"{name} is not JSON (numbers are finite)")
+
+
+def _depth(line: str) -> int:
+    """How deep the brackets of a JSON line nest (outside strings)."""
+    depth = deepest = 0
+    for token in _BRACKETS.findall(_STRINGS.sub('""', line)):
+        depth += 1 if token in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def loads_bounded(text: str, where: str):
+    """`json.loads(text)`, bounded: nesting at most MAX_DEPTH deep, integer literals of at most
+    MAX_DIGITS digits (longer ones are a `BigNumber`, refused by every field), no NaN or
+    Infinity. ValueError names `where`."""
+    if text.count("[") + text.count("{") > MAX_DEPTH and _depth(text) > MAX_DEPTH:
+        raise ValueError(f"{where}: JSON nested deeper than {MAX_DEPTH} levels")
+    try:
+        return json.loads(
+            text,
+            parse_int=lambda s: int(s) if len(s) <= MAX_DIGITS else BigNumber(s),
+            parse_constant=_constant,
+        )
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{where}: not JSON ({e.msg} at column {e.colno})") from None
+    except _NotJson as e:
+        raise ValueError(f"{where}: {e}") from None
+    except RecursionError:  # (unreachable below MAX_DEPTH; kept as a guard)
+        raise ValueError(f"{where}: JSON nested too deep") from None
+
+
 def read_jsonl_numbered(path: str) -> list[tuple[str, dict]]:
     """(`path:LINE`, object) for each non-blank line of a JSON-lines file; ValueError names
-    `path:LINE` for a line that is not one JSON object."""
+    `path:LINE` for a line that is not one JSON object (`loads_bounded`), is not UTF-8 or is
+    longer than MAX_LINE_BYTES."""
     out = []
-    with open(path) as f:
-        for number, line in enumerate(f, 1):
+    with open(path, "rb") as f:
+        number = 0
+        while raw := f.readline(MAX_LINE_BYTES + 1):
+            number += 1
+            where = f"{path}:{number}"
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                raise ValueError(f"{where}: a line longer than {MAX_LINE_BYTES} bytes")
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{where}: not UTF-8 text (byte {e.start + 1} of the line)") from None
             if not line.strip():
                 continue
-            where = f"{path}:{number}"
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{where}: not JSON ({e.msg} at column {e.colno})") from None
+            item = loads_bounded(line, where)
             if not isinstance(item, dict):
                 raise ValueError(f"{where}: expected a JSON object, got {type(item).__name__}")
             out.append((where, item))
@@ -214,6 +287,8 @@ def read_jsonl(path: str) -> list[dict]:
 def read_boards(path: str, max_size: int = 10, max_agents: int = 5) -> tuple[list[dict], Boards]:
     """A boards file, every board checked (errors name `path:LINE: field`): (dicts, Boards)."""
     numbered = read_jsonl_numbered(path)
+    if not numbered:
+        raise ValueError(f"{path}: holds no boards (one JSON object per line)")
     items = [item for _, item in numbered]
     return items, boards_from_json(items, max_size, max_agents, names=[w for w, _ in numbered])
 
