@@ -33,7 +33,7 @@ import jax
 import numpy as np
 from absl import logging
 
-from t2t_jax import distributed, models
+from t2t_jax import distributed, models, storage
 from t2t_jax import sharding as shd
 from t2t_jax.checkpoint import Checkpointer, CheckpointError
 from t2t_jax.engineer.context import build_account
@@ -72,7 +72,7 @@ class StageRunner:
 
     def __init__(self, config, workdir: str, progress: bool = True):
         c = self.config = config
-        self.workdir, self.progress = os.path.abspath(workdir), progress
+        self.workdir, self.progress = storage.resolve(workdir), progress  # (a local path or gs://)
         distributed.initialize(c.distributed)  # (launch.main has done it before the run directory)
         setup_compilation_cache(c.compilation_cache)
         self.mesh = shd.make_mesh(dict(c.mesh)) if c.mesh else None
@@ -109,7 +109,7 @@ class StageRunner:
         )
         self.sft_trainers = SftTrainers(self.model, c, self.mesh)
         self.trainer = Trainer(self.model, c, loss="grpo", mesh=self.mesh)
-        self.ckpt = Checkpointer(os.path.join(self.workdir, "checkpoints"), keep=c.checkpoint.keep)
+        self.ckpt = Checkpointer(storage.join(self.workdir, "checkpoints"), keep=c.checkpoint.keep)
         self.loop = Loop(
             c,
             self.policy,
@@ -117,7 +117,7 @@ class StageRunner:
             self.preemption,
             self.timer,
             self.save,
-            lambda: SummaryWriter(os.path.join(self.workdir, "tb")),
+            lambda: SummaryWriter(storage.join(self.workdir, "tb")),
             progress,
         )
 
@@ -303,8 +303,8 @@ class StageRunner:
     def _write_records(self, record: RunRecord) -> None:
         """results.json and proposals.jsonl from `record` (process 0; none before the first point)."""
         if jax.process_index() == 0 and record.results:
-            io.write_jsonl(os.path.join(self.workdir, "proposals.jsonl"), record.records)
-            io.write_atomic(os.path.join(self.workdir, "results.json"), json.dumps(record.results, indent=1))
+            io.write_jsonl(storage.join(self.workdir, "proposals.jsonl"), record.records)
+            io.write_atomic(storage.join(self.workdir, "results.json"), json.dumps(record.results, indent=1))
 
     # ---- logs ---------------------------------------------------------------------------------
     def _log_failures(self, step: int, ro) -> None:

@@ -25,6 +25,7 @@ import os
 import numpy as np
 from tqdm import tqdm
 
+from t2t_jax import storage
 from t2t_jax.env import io
 from t2t_jax.evaluation import sets
 from t2t_jax.rollout import concat
@@ -317,7 +318,7 @@ def write_tables(directory: str, entry: dict, label: str = "ours", prefix: str =
     """Markdown, CSV and JSON tables (and `heatmap.png`) of one evaluation point. Returns paths."""
     from t2t_jax.render.heatmap import rate_heatmap
 
-    os.makedirs(directory, exist_ok=True)
+    storage.makedirs(directory)  # (a local directory or a gs:// prefix)
     rows = table_rows(entry, label)
     md, buf = [], _io.StringIO()
     writer = csv.writer(buf)
@@ -379,7 +380,7 @@ def write_tables(directory: str, entry: dict, label: str = "ours", prefix: str =
             f"tokens, {u['completion_tokens']} completion tokens, {u['errors']} failed after retries "
             "(scored as unparsable answers)."
         )
-    paths = {ext: os.path.join(directory, f"{prefix}.{ext}") for ext in ("md", "csv", "json")}
+    paths = {ext: storage.join(directory, f"{prefix}.{ext}") for ext in ("md", "csv", "json")}
     io.write_atomic(paths["md"], f"# Results: {entry['point']}\n" + "\n".join(md) + "\n")
     io.write_atomic(paths["csv"], buf.getvalue())
     io.write_atomic(
@@ -395,6 +396,6 @@ def write_tables(directory: str, entry: dict, label: str = "ours", prefix: str =
             indent=1,
         ),
     )
-    paths["png"] = os.path.join(directory, "heatmap.png")
+    paths["png"] = storage.join(directory, "heatmap.png")
     io.write_png(paths["png"], rate_heatmap(entry["cells"], title=f"{label}: {entry['point']}"))
     return paths
