@@ -1,6 +1,13 @@
 """The continuous-batching engine (t2t_jax/sampling/engine.py) gives each request the Sampler's
 output for the same seed (greedy and sampled, with fewer slots than rows so rows queue and
-slots are reused), honours per-row budgets and constraints, and does not recompile across calls."""
+slots are reused), honours per-row budgets and constraints, and does not recompile across calls;
+each call allocates the cache it needs (a long call leaves no trace on later small ones, a failed
+allocation none at all); over processes it reads back what spans them."""
+
+import os
+import socket
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -11,6 +18,8 @@ from t2t_jax.engineer import propose
 from t2t_jax.env.config import make_config
 from t2t_jax.models import qwen3
 from t2t_jax.sampling import Constraint, Engine, Sampler
+from t2t_jax.sampling import slots as slots_lib
+from t2t_jax.sampling.scheduler import slot_tokens
 from t2t_jax.text.prompts import encode_texts
 from t2t_jax.text.tokenizer import load_tokenizer, stop_ids
 
@@ -103,3 +112,73 @@ def test_check_runs_between_chunks_and_its_exception_stops_the_decode():
     engine._decode = decode
     ref = Sampler(MODEL, [], pad_id=0).generate(IDS, MASK, 40, n=2)
     assert_same(engine.generate(IDS, MASK, 40, n=2), ref)
+
+
+def test_slot_tokens_is_what_a_call_needs_in_a_few_sizes():
+    assert slot_tokens(512 + 8192) == slot_tokens(512 + 8192, page_size=64) == 8704  # (the paper config)
+    assert slot_tokens(100, page_size=64) == 128 and slot_tokens(64) == 64
+    sizes = [slot_tokens(t) for t in range(1, 20_000)]
+    assert all(t <= got <= max(t + 15, t * 17 / 16) for t, got in enumerate(sizes, 1))  # (at most 1/16 over)
+    assert sizes == sorted(sizes) and len(set(sizes[8192:16384])) == 16  # (16 sizes per octave)
+
+
+def test_a_long_call_leaves_later_small_calls_as_they_were():
+    """The cache is sized per call: after a long budget, a small call allocates its own small cache
+    again (the same shapes, nothing compiled, the same tokens)."""
+    engine = Engine(MODEL, STOPS, pad_id=0, slots=4, chunk=5)
+    small = engine.generate(IDS, MASK, 8, temperature=1.0, n=2, seed=3)
+    assert engine.length == engine.stats["slot_tokens"] == slot_tokens(24 + 8) == 32
+    engine.generate(IDS[:1], MASK[:1], 120, temperature=1.0, seed=3)
+    assert engine.length == slot_tokens(24 + 120) == 144
+    compiled = engine.compilations()
+    assert_same(engine.generate(IDS, MASK, 8, temperature=1.0, n=2, seed=3), small)
+    assert engine.length == 32 and engine.compilations() == compiled
+
+
+def test_a_failed_allocation_leaves_the_engine_as_it_was(monkeypatch):
+    """A cache that cannot be allocated (out of memory) fails its call only: the engine keeps the
+    size it had, and the next call is served as before."""
+
+    class OutOfMemory(Exception):
+        pass
+
+    empty = slots_lib.empty
+
+    def allocate(graphdef, state, pad_id, *, slots, length, width, page_size=0, pages=0):
+        if length > 64:
+            raise OutOfMemory(f"RESOURCE_EXHAUSTED: {slots} slots of {length} tokens")
+        return empty(graphdef, state, pad_id, slots=slots, length=length, width=width, page_size=page_size, pages=pages)
+
+    monkeypatch.setattr(slots_lib, "empty", allocate)
+    engine = Engine(MODEL, STOPS, pad_id=0, slots=4, chunk=5)
+    ref = engine.generate(IDS, MASK, 8, temperature=1.0, n=2, seed=3)
+    sizes = engine.length, engine.width
+    with pytest.raises(OutOfMemory):
+        engine.generate(IDS, MASK, 4000, temperature=1.0, n=2, seed=3)
+    assert (engine.length, engine.width) == sizes == (32, 16)
+    compiled = engine.compilations()  # (the failed trace counts as an entry of the allocation's jit)
+    assert_same(engine.generate(IDS, MASK, 8, temperature=1.0, n=2, seed=3), ref)
+    assert engine.compilations() == compiled  # (the small call's shapes, as before)
+
+
+@pytest.mark.slow  # (~100 s: two processes of 2 fake devices each)
+def test_the_engine_over_two_processes_gives_each_the_samplers_tokens():
+    """A mesh over both processes, the prompts' rows split across them: what the engine reads
+    back spans the processes (tests/sharded_check.py multihost; `np.asarray` refused it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = os.path.join(os.path.dirname(__file__), "sharded_check.py")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, script, "multihost", str(port), str(i), "2"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-3000:] for o in outs]
+    for i, (out, _) in enumerate(outs):
+        assert out.count("ok multihost") == 2 and f"paged {i}" in out

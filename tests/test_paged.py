@@ -1,4 +1,5 @@
-"""The paged KV cache (t2t_jax/models/paged.py, the engine's kv="paged"): one decode step's
+"""The paged KV cache (t2t_jax/models/paged.py, the engine's kv="paged"): it and the dense cache
+keep one protocol (models/base.py) and step alike through the model; one decode step's
 attention by the Pallas kernel (interpret mode) and by the gathered pages equals dense attention
 over the same tokens; the paged engine gives the dense engine's tokens, with a pool too small
 for every slot too (rows wait, are preempted and recomputed to the same tokens), without
@@ -11,6 +12,7 @@ import pytest
 from flax import nnx
 
 from t2t_jax.models import attention, paged, qwen3
+from t2t_jax.models.base import Cache, SlotCache
 from t2t_jax.sampling import Engine
 from t2t_jax.sampling.pages import PageTable
 
@@ -25,6 +27,38 @@ def same(got, ref):
     np.testing.assert_array_equal(got.lengths, ref.lengths)
     np.testing.assert_array_equal(got.truncated, ref.truncated)
     np.testing.assert_allclose(got.logprobs, ref.logprobs, atol=1e-5)
+
+
+def test_both_layouts_keep_the_cache_protocol_and_step_alike():
+    """The dense and the paged cache are `SlotCache`s: prompts admitted from the same prefill, one
+    decode step through the model (which never asks the layout) gives the same logits and moves
+    the same rows on; `take` and `put` are inverses."""
+    ids, mask = jnp.asarray(IDS[:4]), jnp.asarray(MASK[:4])
+    _, pre = MODEL.hidden(ids, mask, cache=MODEL.init_cache(4, 24), prefill=True)
+    rows = jnp.array([2, 0, 3, 1])  # (slot i takes prompt rows[i])
+    real = MASK[:4].sum(axis=1)[np.asarray(rows)]
+    table = PageTable(4, pages=1 + 4 * 4, page_size=8, pages_per_slot=4)
+    for slot, held in enumerate(real):
+        assert table.grow(slot, int(held) + 1)
+    caches = {
+        "dense": MODEL.init_cache(4, 32).replace(index=jnp.zeros(4, jnp.int32)),  # (an index per slot)
+        "paged": MODEL.init_paged_cache(4, 1 + 4 * 4, 8, 4).with_table(table.table),
+    }
+    active = jnp.array([True, True, False, True])
+    tok = ids[rows, -1:]
+    logits, moved = {}, {}
+    for name, cache in caches.items():
+        assert isinstance(cache, Cache) and isinstance(cache, SlotCache), name
+        cache = cache.admit(pre, rows, jnp.arange(4))
+        idx = jnp.array([3, 1])
+        back = cache.put(cache.take(idx, 2), idx, 2)
+        assert jax.tree.all(jax.tree.map(lambda a, b: bool((a == b).all()), back, cache)), name
+        out, after = MODEL(tok, active[:, None], cache=cache, layers=MODEL.unstack_layers())
+        logits[name], moved[name] = np.asarray(out[:, -1]), after
+    np.testing.assert_allclose(logits["paged"][active], logits["dense"][active], atol=1e-5)
+    np.testing.assert_array_equal(moved["paged"].lengths, real + np.asarray(active))
+    np.testing.assert_array_equal(moved["dense"].next_pos, real + np.asarray(active))
+    assert caches["dense"].columns() == 32 and caches["paged"].columns() == 4
 
 
 @pytest.mark.parametrize("kernel", ["paged", "gather"])

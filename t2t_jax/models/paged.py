@@ -11,8 +11,10 @@ handed out, the target of unused table entries and of the writes of inactive slo
 a slot owns is the host's business (`t2t_jax.sampling.pages.PageTable`): the device sees the
 table.
 
-A decode step (`decode_attention`) writes each active slot's new key and value at its length,
-then attends over its first length + 1 tokens, by kernel:
+`PagedKV` is the paged layout of the cache protocol (models/base.py `SlotCache`): the model's
+layers write and attend through it without knowing the layout. A decode step writes each active
+slot's new key and value at its length (`write_step`), then attends over its first length + 1
+tokens (`attend`; both: `decode_attention`), by kernel:
 - `paged`: `jax.experimental.pallas.ops.tpu.paged_attention` (the TPU kernel; Pallas interpret
   mode elsewhere, how the tests check it on CPU). It reads K/V in bfloat16.
 - `gather`: the slots' pages gathered into [S, K, N * page, E] and the dense kernel (the
@@ -40,7 +42,10 @@ KERNELS = ("paged", "gather")
 @chex.dataclass
 class PagedKV:
     """k, v: tuples of L arrays [K, P, page_size, E] (one pool per layer); table: [S, N] int32
-    page ids (0: the null page); lengths: [S] int32 tokens held per slot."""
+    page ids (0: the null page); lengths: [S] int32 tokens held per slot.
+
+    The paged layout of `models.base.SlotCache`: one token per slot per call (decode steps), slot
+    token j at RoPE position j; prompts come in through `admit` (from a dense prefill)."""
 
     k: chex.Array
     v: chex.Array
@@ -50,6 +55,53 @@ class PagedKV:
     def map_rows(self, fn) -> PagedKV:
         """`fn` on the per-slot arrays (table, lengths); the pools are shared."""
         return self.replace(table=fn(self.table), lengths=fn(self.lengths))
+
+    def positions(self, mask):
+        """mask [S, 1] (the active slots) -> [S, 1]: each slot's next token sits at its length."""
+        if mask.shape[1] != 1:
+            raise ValueError(f"a paged cache takes one token per slot per call (decode steps), got {mask.shape[1]}")
+        return self.lengths[:, None]
+
+    def write(self, store, k, v, mask, kernels):
+        """k, v [S, K, 1, E] into one layer's pools at the active slots' lengths (`write_step`)."""
+        return write_step(*store, k, v, self.table, self.lengths, mask[:, 0], kernels.mesh)
+
+    def attend(self, store, q, mask, kernels):
+        """q [S, H, 1, E] over each active slot's tokens, its new one included (`attend`)."""
+        return attend(q, *store, self.table, self.lengths, mask[:, 0], kernels.paged, kernels.mesh)
+
+    def advance(self, stores, mask) -> PagedKV:
+        """The written pools; the active slots (mask [S, 1]) hold one more token."""
+        k, v = zip(*stores)
+        return self.replace(k=tuple(k), v=tuple(v), lengths=self.lengths + mask[:, 0].astype(jnp.int32))
+
+    def columns(self) -> int:
+        """Page table entries per slot (N)."""
+        return self.table.shape[1]
+
+    def with_table(self, table) -> PagedKV:
+        """The host's page table [S, N] (copied to the device)."""
+        return self.replace(table=jnp.array(table, jnp.int32))
+
+    def admit(self, prefill, src, dst) -> PagedKV:
+        """Prompts src [S] of a dense prefill (left-padded, its `next_pos` real tokens) into slots
+        dst [S] (S: no-op, its writes to the null page), through their pages in the table."""
+        n = prefill.next_pos[src]  # (the prompts' real tokens)
+        mine = self.table.at[dst].get(mode="fill", fill_value=0)  # (no-op rows: the null page)
+        put = lambda pool, x: fill(pool, x[src], mine, n)  # noqa: E731
+        return self.replace(
+            k=tuple(map(put, self.k, prefill.k)),
+            v=tuple(map(put, self.v, prefill.v)),
+            lengths=self.lengths.at[dst].set(n, mode="drop"),
+        )
+
+    def take(self, idx, window: int) -> PagedKV:
+        """Slots idx [R] with their first `window` table entries; the pools stay shared."""
+        return self.replace(table=self.table[idx, :window], lengths=self.lengths[idx])
+
+    def put(self, sub: PagedKV, idx, window: int) -> PagedKV:
+        """`take`'s inverse: the pools `sub` wrote, its lengths into slots idx (the table is the host's)."""
+        return self.replace(k=sub.k, v=sub.v, lengths=self.lengths.at[idx].set(sub.lengths))
 
 
 def empty(
@@ -128,40 +180,58 @@ def _kernel_attend(q, k_pool, v_pool, table, lengths, interpret: bool):
     return out.astype(q.dtype).reshape(s, 1, h * e)
 
 
-def decode_attention(q, k, v, k_pool, v_pool, table, lengths, active, kernel: str = "gather", mesh=None):
-    """One decode step of one layer: q [S, H, 1, E]; k, v [S, K, 1, E] this step's keys and
-    values; table [S, N]; lengths [S] tokens held before the step; active [S] bool ->
-    (out [S, 1, H * E], k_pool, v_pool) with the active slots' k/v written at their lengths."""
-    if kernel not in KERNELS:
-        raise ValueError(f"paged attention kernel: {kernel!r} is not one of {KERNELS}")
-    interpret = attention_lib.platform_of(mesh) != "tpu"
-
-    def step(q, k, v, k_pool, v_pool, table, lengths, active):
-        at = jnp.where(active, lengths, -1)[:, None]
-        k_pool, v_pool = write(k_pool, k, table, at), write(v_pool, v, table, at)
-        seen = jnp.where(active, lengths + 1, 1)  # (an inactive slot reads one token: its output is dropped)
-        if kernel == "paged":
-            out = _kernel_attend(q, k_pool, v_pool, table, seen, interpret)
-        else:
-            out = _gather_attend(q, k_pool, v_pool, table, seen)
-        return out, k_pool, v_pool
-
+def _sharded(fn, mesh, slots: int, kv_heads: int, in_specs, out_specs):
+    """`fn` as is on one device, else in `shard_map` over `mesh`; in_specs: a name per argument,
+    out_specs: per output (or one name): "rows" ([S, ...] over the batch axes), "heads" ([S, H or
+    K, ...], heads over the kv-heads axis too), "out" ([S, 1, H * E]) or "pool" (`_pool_spec`)."""
     if mesh is None or mesh.size == 1:
-        return step(q, k, v, k_pool, v_pool, table, lengths, active)
+        return fn
     from jax.sharding import PartitionSpec as P
 
     from t2t_jax import sharding
 
-    rows, kv = sharding.spec(("batch", "kv_heads"), (q.shape[0], k.shape[1]), mesh)  # (q heads follow kv heads)
-    pool = _pool_spec(mesh, q.shape[0], k.shape[1])
-    run = jax.shard_map(
-        step,
-        mesh=mesh,
-        in_specs=(P(rows, kv), P(rows, kv), P(rows, kv), pool, pool, P(rows), P(rows), P(rows)),
-        out_specs=(P(rows, None, kv), pool, pool),
-        check_vma=False,
-    )
-    return run(q, k, v, k_pool, v_pool, table, lengths, active)
+    rows, kv = sharding.spec(("batch", "kv_heads"), (slots, kv_heads), mesh)  # (q heads follow kv heads)
+    specs = {"rows": P(rows), "heads": P(rows, kv), "out": P(rows, None, kv), "pool": _pool_spec(mesh, slots, kv_heads)}
+    out = specs[out_specs] if isinstance(out_specs, str) else tuple(specs[n] for n in out_specs)
+    return jax.shard_map(fn, mesh=mesh, in_specs=tuple(specs[n] for n in in_specs), out_specs=out, check_vma=False)
+
+
+def write_step(k_pool, v_pool, k, v, table, lengths, active, mesh=None):
+    """One decode step's keys and values k, v [S, K, 1, E] into the pools [K, P, page, E] at the
+    active [S] slots' lengths [S] through their tables [S, N] (inactive: the null page) -> (k_pool,
+    v_pool)."""
+
+    def step(k_pool, v_pool, k, v, table, lengths, active):
+        at = jnp.where(active, lengths, -1)[:, None]
+        return write(k_pool, k, table, at), write(v_pool, v, table, at)
+
+    specs = ("pool", "pool", "heads", "heads", "rows", "rows", "rows"), ("pool", "pool")
+    return _sharded(step, mesh, k.shape[0], k.shape[1], *specs)(k_pool, v_pool, k, v, table, lengths, active)
+
+
+def attend(q, k_pool, v_pool, table, lengths, active, kernel: str = "gather", mesh=None):
+    """q [S, H, 1, E] over each active slot's first lengths + 1 tokens (this step's written),
+    by `kernel` -> [S, 1, H * E] (an inactive slot reads one token: its output is garbage)."""
+    if kernel not in KERNELS:
+        raise ValueError(f"paged attention kernel: {kernel!r} is not one of {KERNELS}")
+    interpret = attention_lib.platform_of(mesh) != "tpu"
+
+    def step(q, k_pool, v_pool, table, lengths, active):
+        seen = jnp.where(active, lengths + 1, 1)
+        if kernel == "paged":
+            return _kernel_attend(q, k_pool, v_pool, table, seen, interpret)
+        return _gather_attend(q, k_pool, v_pool, table, seen)
+
+    specs = ("heads", "pool", "pool", "rows", "rows", "rows"), "out"
+    return _sharded(step, mesh, q.shape[0], k_pool.shape[0], *specs)(q, k_pool, v_pool, table, lengths, active)
+
+
+def decode_attention(q, k, v, k_pool, v_pool, table, lengths, active, kernel: str = "gather", mesh=None):
+    """One decode step of one layer: q [S, H, 1, E]; k, v [S, K, 1, E] this step's keys and
+    values; table [S, N]; lengths [S] tokens held before the step; active [S] bool ->
+    (out [S, 1, H * E], k_pool, v_pool) with the active slots' k/v written at their lengths."""
+    k_pool, v_pool = write_step(k_pool, v_pool, k, v, table, lengths, active, mesh)
+    return attend(q, k_pool, v_pool, table, lengths, active, kernel, mesh), k_pool, v_pool
 
 
 def _pool_spec(mesh, slots: int, kv_heads: int):

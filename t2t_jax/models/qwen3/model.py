@@ -5,8 +5,10 @@ SwiGLU MLP, tied or untied embeddings, `head_dim` independent of hidden / heads.
 stacked (every weight has a leading `[L]` axis) and run under one `jax.lax.scan`, so one layer
 body is compiled, with an optional remat policy. Positions come from the attention mask
 (cumulative sum), so left padding is harmless. A KV cache serves the sampler: the first call
-with it (the prefill) fills it from a prompt, then each call with one token per row appends at
-`cache.index`. The cache holds one array per layer; decode steps take per-layer weights
+with it (the prefill) fills it from a prompt, then each call with one token per row appends. The
+layers see the cache only through its protocol (models/base.py `Cache`: positions, write,
+attend), so the dense `KVCache` here and the paged `PagedKV` (models/paged.py) run the same
+code. The cache holds one store per layer; decode steps take per-layer weights
 (`unstack_layers`, once per generation) and unroll the layers: a scan would slice (copy) every
 layer's weights out of the stack on each step, which costs more than the step's matmuls on CPU.
 
@@ -26,6 +28,7 @@ from flax import nnx
 
 from t2t_jax.models import attention as attention_lib
 from t2t_jax.models import paged as paged_lib
+from t2t_jax.models.base import Cache, Kernels
 from t2t_jax.models.paged import PagedKV
 from t2t_jax.models.qwen3.presets import Qwen3Config
 
@@ -58,7 +61,10 @@ class KVCache:
     """k, v: tuples of L arrays [B, K, S, E] (one per layer, each updated in place); valid:
     [B, S] bool (filled, non-pad slots); next_pos: [B] int32 position of the next token per
     row; index: [] int32 next slot shared by all rows, or [B] one per row (the continuous-
-    batching engine's slots, each at its own point)."""
+    batching engine's slots, each at its own point).
+
+    The dense layout of the cache protocol (models/base.py `SlotCache`): a call's T tokens go to
+    slots index..index + T - 1 of every row, pads included (not valid)."""
 
     k: chex.Array
     v: chex.Array
@@ -74,6 +80,76 @@ class KVCache:
             valid=fn(self.valid),
             next_pos=fn(self.next_pos),
             index=self.index if self.index.ndim == 0 else fn(self.index),
+        )
+
+    def positions(self, mask):
+        """mask [B, T] -> [B, T]: the real tokens count on from each row's next position."""
+        return jnp.maximum(self.next_pos[:, None] + jnp.cumsum(mask, axis=1) - 1, 0)
+
+    def write(self, store, k, v, mask, kernels):
+        """k, v [B, K, T, E] into one layer's [B, K, S, E] arrays at slot `index`."""
+        return write_at(store[0], k, self.index, axis=2), write_at(store[1], v, self.index, axis=2)
+
+    def attend(self, store, q, mask, kernels):
+        """q [B, H, T, E] over the valid slots up to each query's own (query i of row b sits in
+        slot index (+ i)), by the model's dense kernel."""
+        valid = write_at(self.valid, mask, self.index, axis=1)
+        query_slot = jnp.reshape(self.index, (-1, 1)) + jnp.arange(mask.shape[1])  # [1 or B, T]
+        scope = valid[:, None, :] & (jnp.arange(self.valid.shape[1]) <= query_slot[..., None])
+        return kernels.dense(q, store[0].astype(q.dtype), store[1].astype(q.dtype), scope, None)
+
+    def advance(self, stores, mask) -> KVCache:
+        """The written arrays; this call's real tokens valid, positions and index moved on."""
+        k, v = zip(*stores)
+        return KVCache(
+            k=tuple(k),
+            v=tuple(v),
+            valid=write_at(self.valid, mask, self.index, axis=1),
+            next_pos=self.next_pos + jnp.sum(mask, axis=1).astype(jnp.int32),
+            index=self.index + mask.shape[1],
+        )
+
+    def columns(self) -> int:
+        """Token slots per row (S)."""
+        return self.valid.shape[1]
+
+    def with_table(self, table) -> KVCache:
+        """(Rows are slots: no table.)"""
+        return self
+
+    def admit(self, prefill: KVCache, src, dst) -> KVCache:
+        """Rows src [S] of `prefill` (P slots) into rows dst [S] (S: no-op), slots 0..P-1, each
+        row's index at P (an index per row)."""
+        p = prefill.valid.shape[1]
+        put = lambda buf, x: buf.at[dst, :, :p].set(x[src], mode="drop")  # noqa: E731  ([S, K, L, E] <- [G, K, P, E])
+        return self.replace(
+            k=tuple(map(put, self.k, prefill.k)),
+            v=tuple(map(put, self.v, prefill.v)),
+            valid=self.valid.at[dst].set(False, mode="drop").at[dst, :p].set(prefill.valid[src], mode="drop"),
+            next_pos=self.next_pos.at[dst].set(prefill.next_pos[src], mode="drop"),
+            index=self.index.at[dst].set(p, mode="drop"),
+        )
+
+    def take(self, idx, window: int) -> KVCache:
+        """Rows idx [R] (an index per row), their first `window` slots."""
+        cut = lambda x: x[idx, :, :window]  # noqa: E731
+        return KVCache(
+            k=tuple(map(cut, self.k)),
+            v=tuple(map(cut, self.v)),
+            valid=self.valid[idx, :window],
+            next_pos=self.next_pos[idx],
+            index=self.index[idx],
+        )
+
+    def put(self, sub: KVCache, idx, window: int) -> KVCache:
+        """`take`'s inverse: `sub` written back into rows idx."""
+        put = lambda f, x: f.at[idx, :, :window].set(x)  # noqa: E731
+        return KVCache(
+            k=tuple(map(put, self.k, sub.k)),
+            v=tuple(map(put, self.v, sub.v)),
+            valid=self.valid.at[idx, :window].set(sub.valid),
+            next_pos=self.next_pos.at[idx].set(sub.next_pos),
+            index=self.index.at[idx].set(sub.index),
         )
 
 
@@ -136,15 +212,11 @@ def _dense_bwd(out_dtype, res, g):
 dense.defvjp(_dense_fwd, _dense_bwd)
 
 
-def _layer(config: Qwen3Config, x, w, cos, sin, mask, cache_kv=None, index=None, attn=None, pad=None, mix=None):
-    """One decoder layer. x: [B, T, D]; w: this layer's weights; cache_kv: this layer's cached
-    ([B, K, S, E] x 2), with this step's keys/values written at slot `index`. With `pad` [B, T]
-    (x's real tokens) attention runs within x only, `mask` [B, T, T] (no cache, or a prefill into
-    an empty one); without, over the cache's S slots, `mask` [B, T, S]. `attn(q, k, v, mask,
-    pad)`: the attention kernel (models/attention.py; None: the dense one). `mix(q, k, v) ->
-    (out [B, T, H * E], cache arrays)` replaces the cache write and attention (a paged cache).
-    Returns (x, (k, v)): the updated cache arrays, or without a cache this step's keys and values
-    [B, K, T, E]."""
+def _layer(config: Qwen3Config, x, w, cos, sin, store, mix):
+    """One decoder layer. x: [B, T, D]; w: this layer's weights; cos, sin: [B, T, E] RoPE;
+    store: this layer's cache store (None without a cache); `mix(q [B, H, T, E], k, v [B, K, T,
+    E], store) -> (out [B, T, H * E], store)`: the attention (through the cache, whatever its
+    layout, when there is one). Returns (x, store)."""
     c = config
     b, t, _ = x.shape
     h = rms_norm(x, w["input_norm"], c.rms_norm_eps)
@@ -155,18 +227,8 @@ def _layer(config: Qwen3Config, x, w, cos, sin, mask, cache_kv=None, index=None,
     k = rms_norm(k, w["k_norm"], c.rms_norm_eps).transpose(0, 2, 1, 3)
     v = v.transpose(0, 2, 1, 3)
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-    if mix is not None:
-        out, kv = mix(q, k, v)
-        return _mlp(c, x + dense(out, w["o_proj"]), w), kv
-    if cache_kv is not None:
-        k, v = k.astype(cache_kv[0].dtype), v.astype(cache_kv[1].dtype)  # (as a decode step will read them)
-        k_all, v_all = write_at(cache_kv[0], k, index, axis=2), write_at(cache_kv[1], v, index, axis=2)
-    else:
-        k_all, v_all = k, v
-    keys, values = (k, v) if pad is not None else (k_all, v_all)
-    attn = attn or functools.partial(attention_lib.attend, "xla")
-    x = x + dense(attn(q, keys.astype(q.dtype), values.astype(q.dtype), mask, pad), w["o_proj"])
-    return _mlp(c, x, w), (k_all, v_all)
+    out, store = mix(q, k, v, store)
+    return _mlp(c, x + dense(out, w["o_proj"]), w), store
 
 
 def _mlp(c: Qwen3Config, x, w):
@@ -245,6 +307,13 @@ class Qwen3(nnx.Module):
         """This model's attention kernel (models/attention.py `attend`)."""
         return attention_lib.attend(self.attention, q, k, v, mask, pad, chunk, self.mesh)
 
+    @property
+    def kernels(self) -> Kernels:
+        """The attention kernels a cache layout attends with (models/base.py `Kernels`)."""
+        return Kernels(
+            dense=functools.partial(self.attend, chunk=self.attn_chunk), paged=self.paged_kernel, mesh=self.mesh
+        )
+
     @staticmethod
     def logical_axes(name: str) -> tuple:
         """Logical axes of one weight (t2t_jax.sharding maps them to mesh axes); layer weights
@@ -298,100 +367,63 @@ class Qwen3(nnx.Module):
         stacked = self.stacked_layers()
         return tuple({k: w[i] for k, w in stacked.items()} for i in range(self.config.num_hidden_layers))
 
-    def hidden(self, input_ids, attention_mask=None, cache: KVCache | None = None, layers=None, prefill=False):
+    def hidden(self, input_ids, attention_mask=None, cache: Cache | None = None, layers=None, prefill=False):
         """Final hidden states [B, T, D] (and the updated cache when one is given).
 
+        The cache is any layout of the protocol (models/base.py `Cache`: dense `KVCache`, paged
+        `PagedKV`): it places the tokens, and each layer writes to and attends over it.
         `prefill=True` says the cache is empty (the sampler's first call): with a flash kernel
-        (splash, cuDNN) attention then runs within the prompt through it (no [T, S] scores over
-        the whole cache), the prompt's keys and values filling slots 0..T-1; the dense kernels
-        attend over the cache's slots as a decode step does (CPU numbers stay as they were).
+        (splash, cuDNN) attention then runs within the prompt (no [T, S] scores over the whole
+        cache), its keys and values written to the cache; the dense kernels attend over the
+        cache as a decode step does (CPU numbers stay as they were).
 
-        Without `layers` the stacked weights run under one scan (the cache's per-layer arrays
+        Without `layers` the stacked weights run under one scan (the cache's per-layer stores
         are stacked alongside for the call: fine for a prefill), or unrolled when the model was
         built with `scan_layers=False`. `layers`, the output of `unstack_layers()` computed once
-        by a caller that steps repeatedly, unrolls the layers, each updating its own cache
-        arrays in place (a decode step)."""
+        by a caller that steps repeatedly, unrolls the layers, each updating its own store in
+        place (a decode step)."""
         c = self.config
         b, t = input_ids.shape
         mask = jnp.ones((b, t), bool) if attention_mask is None else attention_mask.astype(bool)
         x = self.embed.value[input_ids].astype(self.dtype)
-        if isinstance(cache, PagedKV):
-            return self._paged_step(x, mask, cache, layers)
         within = cache is None or (prefill and self.attention in attention_lib.FLASH)  # (self-attention)
-        index = None if cache is None else cache.index
-        if within:
-            positions = jnp.maximum(jnp.cumsum(mask, axis=1) - 1, 0)
-            attn_mask = jnp.tril(jnp.ones((t, t), bool))[None] & mask[:, None, :]
-        else:
-            positions = jnp.maximum(cache.next_pos[:, None] + jnp.cumsum(mask, axis=1) - 1, 0)
-        if cache is not None:
-            valid = write_at(cache.valid, mask, cache.index, axis=1)
-        if not within:  # query i of row b sits in slot index (+ i): it sees the valid slots up to its own
-            query_slot = jnp.reshape(cache.index, (-1, 1)) + jnp.arange(t)  # [1 or B, T]
-            attn_mask = valid[:, None, :] & (jnp.arange(cache.valid.shape[1]) <= query_slot[..., None])
+        positions = jnp.maximum(jnp.cumsum(mask, axis=1) - 1, 0) if cache is None else cache.positions(mask)
         cos, sin = rope(positions, c.head_dim, c.rope_theta)
-        pad = mask if within else None
-        attn = functools.partial(self.attend, chunk=self.attn_chunk)
+        causal = jnp.tril(jnp.ones((t, t), bool))[None] & mask[:, None, :] if within else None
+        kernels = self.kernels
+
+        def mix(q, k, v, store):
+            if cache is not None:
+                k, v = k.astype(cache.k[0].dtype), v.astype(cache.v[0].dtype)  # (as a decode step will read them)
+                store = cache.write(store, k, v, mask, kernels)
+            if within:
+                return kernels.dense(q, k.astype(q.dtype), v.astype(q.dtype), causal, mask), store
+            return cache.attend(store, q, mask, kernels), store
+
+        stores = (None,) * c.num_hidden_layers if cache is None else tuple(zip(cache.k, cache.v))
         policy = REMAT_POLICIES[self.remat]
         if layers is None and not self.scan_layers:
             layers = self.unstack_layers()
         if layers is not None:
-            layer = functools.partial(_layer, c, attn=attn, pad=pad)
+            layer = functools.partial(_layer, c, mix=mix)
             if policy is not None and cache is None:  # (decode steps are never differentiated)
                 layer = jax.checkpoint(layer, policy=policy)
-            new_k, new_v = [], []
+            stores = list(stores)
             for i, w in enumerate(layers):
-                layer_kv = None if cache is None else (cache.k[i], cache.v[i])
-                x, (k, v) = layer(x, w, cos, sin, attn_mask, layer_kv, index)
-                new_k.append(k)
-                new_v.append(v)
-            kv = (tuple(new_k), tuple(new_v))
+                x, stores[i] = layer(x, w, cos, sin, stores[i])
         else:
 
             def body(x, xs):
-                w, layer_kv = xs
-                x, layer_kv = _layer(c, x, w, cos, sin, attn_mask, layer_kv, index, attn, pad)
-                return x, (layer_kv if cache is not None else None)
+                w, store = xs
+                return _layer(c, x, w, cos, sin, store, mix)
 
             if policy is not None:
                 body = jax.checkpoint(body, policy=policy)
-            stacked_kv = None if cache is None else (jnp.stack(cache.k), jnp.stack(cache.v))
-            x, ys = jax.lax.scan(body, x, (self.stacked_layers(), stacked_kv))
-            kv = None if cache is None else (tuple(ys[0]), tuple(ys[1]))
+            stacked = None if cache is None else jax.tree.map(lambda *a: jnp.stack(a), *stores)
+            x, ys = jax.lax.scan(body, x, (self.stacked_layers(), stacked))
+            stores = None if cache is None else tuple(zip(*ys))
         x = rms_norm(x, self.final_norm.value, c.rms_norm_eps)
-        if cache is None:
-            return x
-        return x, KVCache(
-            k=kv[0],
-            v=kv[1],
-            valid=valid,
-            next_pos=cache.next_pos + jnp.sum(mask, axis=1).astype(jnp.int32),
-            index=cache.index + t,
-        )
-
-    def _paged_step(self, x, mask, cache: PagedKV, layers=None):
-        """One decode step into a paged cache: x [S, 1, D] embedded tokens, mask [S, 1] the
-        active slots (the others write to the null page and keep their length) -> (hidden
-        [S, 1, D], cache)."""
-        c = self.config
-        if x.shape[1] != 1:
-            raise ValueError(f"a paged cache takes one token per slot per call (decode steps), got {x.shape[1]}")
-        active = mask[:, 0]
-        cos, sin = rope(cache.lengths[:, None], c.head_dim, c.rope_theta)  # (slot token j has position j)
-        new_k, new_v = [], []
-        for i, w in enumerate(layers if layers is not None else self.unstack_layers()):
-            mix = functools.partial(self._paged_mix, k_pool=cache.k[i], v_pool=cache.v[i], cache=cache, active=active)
-            x, (k, v) = _layer(c, x, w, cos, sin, None, mix=mix)
-            new_k.append(k)
-            new_v.append(v)
-        x = rms_norm(x, self.final_norm.value, c.rms_norm_eps)
-        return x, cache.replace(k=tuple(new_k), v=tuple(new_v), lengths=cache.lengths + active.astype(jnp.int32))
-
-    def _paged_mix(self, q, k, v, *, k_pool, v_pool, cache, active):
-        out, k_pool, v_pool = paged_lib.decode_attention(
-            q, k, v, k_pool, v_pool, cache.table, cache.lengths, active, self.paged_kernel, self.mesh
-        )
-        return out, (k_pool, v_pool)
+        return x if cache is None else (x, cache.advance(stores, mask))
 
     def logits_from_hidden(self, h):
         """[..., D] -> [..., V] logits in fp32."""
@@ -423,7 +455,7 @@ class Qwen3(nnx.Module):
         out = jax.lax.map(one, (hp, tp))  # [chunks, B, chunk] (each)
         return jax.tree.map(lambda x: x.swapaxes(0, 1).reshape(b, -1)[:, :t], out)
 
-    def __call__(self, input_ids, attention_mask=None, cache: KVCache | None = None, layers=None, prefill=False):
+    def __call__(self, input_ids, attention_mask=None, cache: Cache | None = None, layers=None, prefill=False):
         """input_ids: [B, T] int; attention_mask: [B, T] (1 = token, 0 = pad).
 
         Returns logits [B, T, V] fp32, or (logits, cache) when a cache is given: its first call
