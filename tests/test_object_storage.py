@@ -1,12 +1,18 @@
 """Run directories on object storage (t2t_jax/storage.py): every file of a run directory, its lock,
 its checkpoints' checksums and its TensorBoard events work on gs:// as on a disk, against a GCS
 emulator (`gcp-storage-emulator`) that this module starts on 127.0.0.1 with
-STORAGE_EMULATOR_HOST pointing every layer (gcsfs, and tensorstore under Orbax) at it."""
+STORAGE_EMULATOR_HOST pointing every layer (gcsfs, and tensorstore under Orbax) at it.
 
+The emulator is started with two fixes that make it answer as GCS does (`PATCH` below): a
+download carries the object's generation (`x-goog-generation`: without it tensorstore's
+conditional re-reads of an OCDBT manifest fail with "Malformed StorageGeneration", every time in
+a whole smoke run, now and then in a small save), and an upload honours `ifGenerationMatch`
+(412 when it does not match: the create-only write of the run directory's lock)."""
+
+import importlib.util
 import io as _io
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -33,6 +39,54 @@ EMULATOR_VARS = (
 )
 
 
+# Run as `python -c PATCH start --host=... --port=... ...`: the emulator's CLI with the two fixes.
+PATCH = """
+import sys
+from http import HTTPStatus
+
+from gcp_storage_emulator import server
+from gcp_storage_emulator.__main__ import main
+from gcp_storage_emulator.handlers import objects
+
+_download, _insert = objects.download, objects.insert
+
+
+def _obj(storage, bucket, name):
+    try:
+        return storage.get_file_obj(bucket, name)
+    except Exception:
+        return None
+
+
+def download(request, response, storage, *args, **kwargs):
+    _download(request, response, storage, *args, **kwargs)
+    if response.status in (HTTPStatus.OK, HTTPStatus.PARTIAL_CONTENT):
+        obj = _obj(storage, request.params["bucket_name"], request.params["object_id"])
+        if obj is not None:
+            response["x-goog-generation"] = str(obj["generation"])
+            response["x-goog-metageneration"] = str(obj.get("metageneration", "1"))
+
+
+def insert(request, response, storage, *args, **kwargs):
+    want = request.query.get("ifGenerationMatch")
+    if want:
+        name = request.query.get("name", [None])[0]
+        if name is None and request.query.get("uploadType", [""])[0] == "multipart":
+            name = request.data["meta"].get("name")
+        obj = _obj(storage, request.params["bucket_name"], name) if name else None
+        if str(obj["generation"] if obj is not None else "0") != want[0]:
+            response.status = HTTPStatus.PRECONDITION_FAILED
+            response.json({"error": {"code": 412, "message": "Precondition Failed"}})
+            return None
+    return _insert(request, response, storage, *args, **kwargs)
+
+
+swap = {_download: download, _insert: insert}
+server.HANDLERS = tuple((rx, {m: swap.get(h, h) for m, h in hs.items()}) for rx, hs in server.HANDLERS)
+sys.exit(main(sys.argv[1:]))
+"""
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -42,14 +96,14 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory):
     """The emulator's URL, with the bucket made; STORAGE_EMULATOR_HOST set for the module's tests."""
-    exe = shutil.which("gcp-storage-emulator") or os.path.join(os.path.dirname(sys.executable), "gcp-storage-emulator")
-    if not os.path.exists(exe):
+    if importlib.util.find_spec("gcp_storage_emulator") is None:
         pytest.fail("gcp-storage-emulator is not installed: pip install -e .[test]")
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     log = open(tmp_path_factory.mktemp("emulator") / "log", "w")
     proc = subprocess.Popen(
-        [exe, "start", "--host=127.0.0.1", f"--port={port}", f"--default-bucket={BUCKET}", "--in-memory"],
+        [sys.executable, "-c", PATCH, "start", "--host=127.0.0.1", f"--port={port}", f"--default-bucket={BUCKET}"]
+        + ["--in-memory"],
         stdout=log,
         stderr=subprocess.STDOUT,
     )
@@ -158,6 +212,16 @@ def test_atomic_writes_on_gs(emulator):
         storage.create_exclusive(storage.join(base, "results.json"), "no")
 
 
+def test_a_create_only_write_that_loses_the_race_is_refused_by_the_store(emulator, monkeypatch):
+    path = f"gs://{BUCKET}/race/.lock"
+    storage.create_exclusive(path, "first")
+    fs = storage._fs(path)
+    monkeypatch.setattr(type(fs), "exists", lambda self, p, **kw: False)  # (the object appears after the look)
+    with pytest.raises(FileExistsError):
+        storage.create_exclusive(path, "second")  # the put's ifGenerationMatch=0 gets 412
+    assert storage.read_text(path) == "first"
+
+
 def test_the_lock_refuses_a_second_opener_and_a_stale_lock_needs_break_lock(emulator, monkeypatch, capsys):
     workdir = f"gs://{BUCKET}/runs/locked"
     lock_path = storage.join(workdir, rundir.LOCK)
@@ -201,8 +265,10 @@ def test_the_lock_refuses_a_second_opener_and_a_stale_lock_needs_break_lock(emul
     assert last.startswith("error: ") and "stale" in last and "--break_lock" in last and lock_path in last
 
 
-def test_checkpoints_on_gs_are_verified_and_a_corrupt_one_set_aside(emulator, capsys):
+def test_checkpoints_on_gs_are_verified_and_a_corrupt_one_set_aside(emulator, capsys, tmp_path, monkeypatch):
     from t2t_jax.checkpoint import CHECKSUMS, Checkpointer
+
+    monkeypatch.chdir(tmp_path)  # (where os.path.abspath would have put ./gs:/...)
 
     base = f"gs://{BUCKET}/ckrun"
     directory = storage.join(base, "checkpoints")
@@ -212,7 +278,7 @@ def test_checkpoints_on_gs_are_verified_and_a_corrupt_one_set_aside(emulator, ca
     for step in (1, 2, 3):
         ckpt.save(step, jax.tree.map(lambda x: x * step, state), {"step": step})
     ckpt.close()
-    assert not os.path.exists("gs:")  # (no stray local directory)
+    assert os.listdir(tmp_path) == []  # (no stray local directory)
     for step in (1, 2, 3):
         sums = json.loads(storage.read_text(storage.join(directory, str(step), CHECKSUMS)))
         assert sums and all(size > 0 for size, _ in sums.values())
