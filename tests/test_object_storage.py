@@ -250,6 +250,15 @@ def test_the_lock_refuses_a_second_opener_and_a_stale_lock_needs_break_lock(emul
     assert json.loads(storage.read_text(lock_path))["pid"] == os.getpid()
     taken.close()
     assert not storage.exists(lock_path)
+    # A lock of this host whose process is gone is stale at once (a SIGKILLed run resumed here).
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    now = time.time()
+    mine = {"host": socket.gethostname(), "pid": gone.pid, "started": now, "heartbeat": now, "token": "gone"}
+    storage.write_atomic(lock_path, json.dumps(mine))
+    with pytest.raises(rundir.RunDirError, match="is stale .*its process is gone.*--break_lock"):
+        rundir.open_run(workdir, config(), resume=True)
+    rundir.open_run(workdir, config(), resume=True, break_lock=True).close()
     # launch.main says it in one line and points at --break_lock.
     storage.write_atomic(lock_path, json.dumps(dead))
     out = subprocess.run(
