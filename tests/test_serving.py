@@ -287,3 +287,18 @@ def test_the_server_samples_n_decodes_under_a_schema_and_names_bad_fields(served
         with pytest.raises(openai.BadRequestError) as e:
             api.chat.completions.create(**kw)
         assert field in str(e.value), (bad, str(e.value))
+
+
+def test_the_served_model_refuses_a_prompt_beyond_its_context_and_answers_the_next(served):
+    """A prompt of ~4,200 tokens on the tiny model's 4,096 context is a 400 naming both lengths
+    (nothing allocated for it), and a normal request is answered after it."""
+    import openai
+
+    _, url = served
+    api = openai.OpenAI(base_url=url, api_key="x", max_retries=0)
+    long = [{"role": "user", "content": "word " * 1400}]
+    with pytest.raises(openai.BadRequestError) as e:
+        api.chat.completions.create(model="tiny", messages=long, max_tokens=8)
+    assert "maximum context length is 4096 tokens" in str(e.value) and "in the messages" in str(e.value)
+    out = api.chat.completions.create(model="tiny", messages=list(MESSAGES), max_tokens=8, temperature=0)
+    assert out.choices[0].finish_reason in ("stop", "length") and out.usage.completion_tokens <= 8

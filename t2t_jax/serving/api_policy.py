@@ -8,10 +8,12 @@ The same chat messages (text.prompts.chat_messages), parser, validator and rewar
 `rollout.Policy`; the server applies its own chat template and tokenizer. Completion lengths
 are the server's `usage.completion_tokens` (one request per sample, so they are exact); the
 token-id fields of the Rollouts are empty ([rows, 0]: nothing to train on). A request that
-failed after its retries scores as an empty answer (a parse failure) and is counted in
-`usage["errors"]`; usage counts distinct requests (a batch padded by repeating a board sends
-it once). Thinking mode goes as `chat_template_kwargs` (vLLM's, SGLang's and `launch.serve`'s
-switch for Qwen3).
+failed after its retries (or whose reply could not be used) scores as an empty answer (a parse
+failure) and is counted in `usage["errors"]`; usage counts distinct requests (a batch padded by
+repeating a board sends it once) and names the endpoint and model it came from
+(`usage["endpoint"]`, `usage["model"]`: launch.eval writes usage into results_table.json).
+Thinking mode goes as `chat_template_kwargs` (vLLM's, SGLang's and `launch.serve`'s switch for
+Qwen3).
 """
 
 from __future__ import annotations
@@ -40,7 +42,15 @@ class ApiPolicy(Policy):
     ):
         super().__init__(None, None, max_size, max_agents, horizon, enable_thinking, style)
         self.client, self.progress = client, progress
-        self.usage = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0, "errors": 0, "cached": 0}
+        self.usage = {
+            "requests": 0,
+            "prompt_tokens": 0,
+            "completion_tokens": 0,
+            "errors": 0,
+            "cached": 0,
+            "endpoint": client.api_base,
+            "model": client.model,
+        }
 
     def requests(self, boards: Sequence[dict], n: int, max_new_tokens: int, temperature, top_p, seed) -> list[Request]:
         """Row i * n + j: sample j of board i (seeded per sample when sampling)."""
@@ -76,7 +86,7 @@ class ApiPolicy(Policy):
         del params
         requests = self.requests(boards, n, max_new_tokens, temperature, top_p, seed)
         replies = self.client.complete_many(requests, progress=self.progress)
-        unique = {r.key(self.client.model): reply for r, reply in zip(requests, replies)}
+        unique = {self.client.key(r): reply for r, reply in zip(requests, replies)}
         for r in unique.values():  # (a batch padded by repeating a board sends it once)
             self.usage["requests"] += 1
             self.usage["prompt_tokens"] += r.prompt_tokens
@@ -89,7 +99,7 @@ class ApiPolicy(Policy):
             [b for b in boards for _ in range(n)],
             [r.text for r in replies],
             np.array([r.finish_reason == "length" for r in replies]),
-            np.array([r.completion_tokens for r in replies], np.int32),
+            np.array([min(max(int(r.completion_tokens), 0), max_new_tokens) for r in replies], np.int32),
             max_new_tokens,
             reward_weights,
             prompt=(empty, empty.astype(bool)),

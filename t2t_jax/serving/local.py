@@ -1,5 +1,6 @@
-"""A model on this machine, ready to decode: a `launch.main` run's latest checkpoint or a local
-Hugging Face checkpoint (what `launch.eval` and `launch.serve` load).
+"""A model on this machine, ready to decode: a `launch.main` run's latest checkpoint, a local
+Hugging Face checkpoint, or the embedded tiny model with random weights (`tiny=True`: load tests
+and fault sweeps of the server) (what `launch.eval` and `launch.serve` load).
 
     local = load_local(run="runs/default")            # or hf="/ckpt/Qwen3-4B", enable_thinking=True
     local.policy, local.params, local.max_new_tokens, local.name
@@ -19,10 +20,25 @@ class Local:
     name: str  # the directory's base name
 
 
-def load_local(run: str = "", hf: str = "", enable_thinking: bool = False, style: str = "full") -> Local:
-    """Exactly one of `run` (its config decides thinking and the prompt style) and `hf`."""
-    if bool(run) == bool(hf):
-        raise ValueError("give exactly one of run and hf")
+def load_local(
+    run: str = "", hf: str = "", enable_thinking: bool = False, style: str = "full", tiny: bool = False
+) -> Local:
+    """Exactly one of `run` (its config decides thinking and the prompt style), `hf` and `tiny`."""
+    if sum(map(bool, (run, hf, tiny))) != 1:
+        raise ValueError("give exactly one of run, hf and tiny")
+    if tiny:
+        from flax import nnx
+
+        from t2t_jax.models import qwen3
+        from t2t_jax.rollout import Policy
+        from t2t_jax.sampling import make_sampler
+        from t2t_jax.text.tokenizer import load_tokenizer, stop_ids
+
+        tok = load_tokenizer()
+        model = qwen3.Qwen3(qwen3.PRESETS["tiny"], rngs=nnx.Rngs(0))
+        sampler = make_sampler(model, stop_ids(tok), tok.pad_token_id)
+        policy = Policy(sampler, tok, enable_thinking=enable_thinking, style=style)
+        return Local(policy, None, 64, "tiny")
     if run:
         from t2t_jax.stages import StageRunner
 
