@@ -147,10 +147,11 @@ class Engine:
         """Cache tokens per slot for a call whose rows need up to `tokens` (`scheduler.slot_tokens`)."""
         return slot_tokens(tokens, self.page_size if self.kv == "paged" else 1)
 
-    def pool_pages(self, tokens: int | None = None) -> int:
-        """Pages in the pool (paged) for rows of up to `tokens` (None: the last call's cache)."""
-        tokens = self.length if tokens is None else tokens
-        return pool_pages(self.slots, tokens, self.page_size, self.shards, self.pages)
+    def pool_pages(self, length: int | None = None) -> int:
+        """Pages in the pool (paged) for slots of `length` tokens (`slot_tokens`' allocation;
+        None: the last call's)."""
+        length = self.length if length is None else length
+        return pool_pages(self.slots, length, self.page_size, self.shards, self.pages)
 
     def generate(
         self,

@@ -39,17 +39,18 @@ def bucket(n: int) -> int:
 
 def slot_tokens(tokens: int, page_size: int = 1) -> int:
     """The cache tokens the engine allocates per decode slot for a call whose rows need up to
-    `tokens` (padded prompt + largest budget): `bucket(tokens)` in whole pages of `page_size` (a
-    dense cache: page_size 1; a paged one's table holds slot_tokens // page_size pages). Sized
-    per call: a long call's cache is given back when it ends. launch.aot sizes the decode step's
-    cache with it."""
+    `tokens` (padded prompt + largest budget; not an allocation to round again): `bucket(tokens)`
+    in whole pages of `page_size` (a dense cache: page_size 1; a paged one's table holds
+    slot_tokens // page_size pages). Sized per call: a long call's cache is given back when it
+    ends. launch.aot sizes the decode step's cache with it."""
     return -(-bucket(tokens) // page_size) * page_size
 
 
-def pool_pages(slots: int, tokens: int, page_size: int, shards: int = 1, pages: int = 0) -> int:
-    """Pages in a paged engine's pool for a call whose rows need up to `tokens`: `pages` when set
-    (rollout.pages), else every slot's `slot_tokens` and a null page per shard."""
-    return pages or slots * slot_tokens(tokens, page_size) // page_size + shards
+def pool_pages(slots: int, length: int, page_size: int, shards: int = 1, pages: int = 0) -> int:
+    """Pages in a paged engine's pool for slots of `length` tokens (a `slot_tokens` allocation):
+    `pages` when set (rollout.pages), else every slot's length // page_size and a null page per
+    shard."""
+    return pages or slots * (length // page_size) + shards
 
 
 class Scheduler:
