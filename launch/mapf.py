@@ -100,7 +100,8 @@ def _env_config():
     the field."""
     spec = _require("config")
     where, text = "--config", spec
-    if not spec.lstrip().startswith("{"):
+    inline = spec.lstrip().startswith("{") or spec.lstrip()[:1] in ("[", '"') and not os.path.exists(spec)
+    if not inline:
         where = spec
         if os.path.isdir(spec):
             raise ConfigError(f"--config: {spec} is a directory; give a JSON file or inline JSON")
