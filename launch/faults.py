@@ -36,8 +36,12 @@ Areas (`AREAS`: name -> a function of a scratch directory yielding `Case`s; add 
   checksums, the run's JSON record) are missing, empty, binary, nested thousands deep or do not
   match; an --hf directory with no checkpoint; an --out that is a file.
 
-Not swept: checkpoints damaged under a running `launch.main`, its lock, signals, the server and
-its client (their tests: docs/reliability.md).
+- serve, client: hostile requests to a `launch.serve --tiny` started on 127.0.0.1, and the API
+  client against misbehaving servers and broken cache files (launch/faults_serving.py: its
+  cases yield finished rows, in these outcomes).
+
+Not swept: checkpoints damaged under a running `launch.main`, its lock, signals (their tests:
+docs/reliability.md).
 
 Prints a JSON line per case and a summary line per area ({"area", "cases", "clean",
 "traceback", "accepted", "unnamed", "wrote"}); --out writes them all as one JSON file.
@@ -59,7 +63,11 @@ from collections.abc import Callable, Iterable
 from absl import app, flags
 
 FLAGS = flags.FLAGS
-flags.DEFINE_list("areas", ["config", "overrides", "flags", "mapf", "eval", "eval_runs"], "Which areas to try (AREAS).")
+flags.DEFINE_list(
+    "areas",
+    ["config", "overrides", "flags", "mapf", "eval", "eval_runs", "serve", "client"],
+    "Which areas to try (AREAS).",
+)
 flags.DEFINE_list("fields", [], "config: only these fields (default: every field with a bad value).")
 flags.DEFINE_list("launchers", [], "flags: only these launchers (default: every one in LAUNCHERS).")
 flags.DEFINE_integer("timeout", 90, "Seconds a case may run before it counts as accepted.", lower_bound=1)
@@ -535,6 +543,11 @@ def _sha(data: bytes) -> str:
 # -- the sweep ------------------------------------------------------------------------------------
 
 
+from launch import faults_serving  # noqa: E402  (issue 31: areas whose cases are finished rows)
+
+AREAS.update(faults_serving.AREAS)
+
+
 def summarize(rows: list[dict]) -> list[dict]:
     out = []
     for name in dict.fromkeys(r["area"] for r in rows):
@@ -563,7 +576,7 @@ def main(argv):
     try:
         for name in FLAGS.areas:
             for case in AREAS[name](tmp):
-                row = attempt(name, case)
+                row = case if isinstance(case, dict) else attempt(name, case)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     finally:

@@ -102,6 +102,10 @@ def main(argv):
     name = _NAME.value or local.name
     backend = Backend(local.policy, local.params, name, _MAX_TOKENS.value or max(local.max_new_tokens, 4096), limits)
     backend.compiler.warm()
+    import gc
+
+    gc.collect()
+    gc.freeze()  # (the model's and libraries' objects out of the collector's sweeps: no long GC pauses mid-request)
     family = socket.AF_INET6 if ":" in _HOST.value else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -175,3 +175,12 @@ def test_ctrl_c_while_requests_hang_exits_within_2_s_keeping_what_finished(tmp_p
         took = time.monotonic() - start
     assert took < 2.0, took
     assert len(os.listdir(tmp_path)) == 2  # (the two that finished)
+
+
+def test_launch_faults_sweeps_the_server_and_the_client():
+    from launch import faults, faults_serving
+
+    assert {"serve", "client"} <= set(faults.AREAS) and {"serve", "client"} <= set(faults.FLAGS["areas"].default)
+    names = [c[0] for c in faults_serving.serve_cases()]
+    assert len(names) == len(set(names)) >= 40
+    assert len(faults_serving.client_cases()) >= 15

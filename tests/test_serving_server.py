@@ -132,7 +132,7 @@ def test_hostile_bodies_roles_and_text_are_400s_and_the_server_answers_after_the
             (400, dict(raw=b"{not json"), ("not valid JSON",)),
             (400, dict(raw=b"[1, 2]"), ("JSON object",)),
             (400, dict(raw=b"[" * 1500 + b"]" * 1500), ()),
-            (400, dict(raw=b"{\"messages\": " + b"[" * 100 + b"]" * 100 + b"}"), ("nested",)),
+            (400, dict(raw=b'{"messages": ' + b"[" * 100 + b"]" * 100 + b"}"), ("nested",)),
             (400, dict(raw=b'{"messages": [{"role": "user", "content": "x"}], "temperature": NaN}'), ("NaN",)),
             (400, dict(raw=b'{"messages": [{"role": "user", "content": "x"}], "seed": 1' + b"0" * 5000 + b"}"), ()),
             (400, dict(raw=b'{"messages": [{"role": "user", "content": "\\ud800"}]}'), ("surrogate", "content")),

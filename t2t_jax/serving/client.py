@@ -216,6 +216,8 @@ class ChatClient:
         choice, usage = out.choices[0], getattr(out, "usage", None)
         if getattr(choice, "message", None) is None or not isinstance(choice.message.content, (str, type(None))):
             raise ValueError(f"a choice without a message: {str(choice)[:200]}")
+        if usage is not None and not hasattr(usage, "completion_tokens"):
+            raise ValueError(f"usage: expected an object of token counts, got {str(usage)[:80]}")
         return self._usable(
             {
                 "text": choice.message.content or "",
