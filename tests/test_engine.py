@@ -161,7 +161,7 @@ def test_a_failed_allocation_leaves_the_engine_as_it_was(monkeypatch):
     assert engine.compilations() == compiled  # (the small call's shapes, as before)
 
 
-@pytest.mark.slow  # (~100 s: two processes of 2 fake devices each)
+@pytest.mark.slow  # (~140 s on a shared 2-core machine: two processes of 2 fake devices each)
 def test_the_engine_over_two_processes_gives_each_the_samplers_tokens():
     """A mesh over both processes, the prompts' rows split across them: what the engine reads
     back spans the processes (tests/sharded_check.py multihost; `np.asarray` refused it)."""

@@ -69,16 +69,12 @@ KV_LAYOUTS = ("dense", "paged")
 KV_CHOICES = ("auto",) + KV_LAYOUTS
 
 
-def to_host(tree):
-    """Arrays -> numpy copies; a jax.Array that spans processes (multi-host) is gathered from all
-    of them (`multihost_utils.process_allgather`: every process calls it at the same point)."""
-
-    def one(x):
-        if isinstance(x, jax.Array) and not x.is_fully_addressable:
-            return np.array(multihost_utils.process_allgather(x, tiled=True))
-        return np.array(x)
-
-    return jax.tree.map(one, tree)
+def to_host(x) -> np.ndarray:
+    """An array -> a numpy copy; a jax.Array that spans processes (multi-host) is gathered from
+    all of them (`multihost_utils.process_allgather`: every process calls it at the same point)."""
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        return np.array(multihost_utils.process_allgather(x, tiled=True))
+    return np.array(x)
 
 
 class Engine:
@@ -216,13 +212,13 @@ class Engine:
                 chunk=self.chunk,
                 window=window,
             )
-            done, step, made = to_host((s.done, s.step, made))
+            done, step, made = (to_host(x) for x in (s.done, s.step, made))
             calls, useful = calls + 1, useful + int(made)
             finished = sched.advance(step, done)
             if len(finished):
                 which = np.full(self.slots, self.slots, np.int32)
                 which[: len(finished)] = finished
-                tok, lp, made, stop = (x[: len(finished)] for x in to_host(self._retire(s, jnp.asarray(which))))
+                tok, lp, made, stop = (to_host(x)[: len(finished)] for x in self._retire(s, jnp.asarray(which)))
                 done_rows = sched.release(finished)
                 out_tokens[done_rows] = tok[:, :width]
                 out_logprobs[done_rows] = lp[:, :width]
