@@ -229,6 +229,41 @@ class Trainer:
         step = jax.jit(lambda: jnp.int32(0), out_shardings=replicated)()
         return TrainState(params=params, opt_state=opt_state, step=step)
 
+    def state_shapes(self) -> TrainState:
+        """The state `init()` makes, as `jax.ShapeDtypeStruct`s with its shardings (nothing
+        allocated; the model's params may be abstract): with `batch_shapes`, what `lower` takes
+        to compile the update ahead of time (t2t_jax/aot.py)."""
+        params = jax.tree.map(
+            lambda p: jax.ShapeDtypeStruct(p.shape, p.dtype, sharding=getattr(p, "sharding", None)),
+            self.initial_params,
+        )
+        shapes = jax.eval_shape(self.tx.init, params)
+        if self.mesh is None:
+            return TrainState(params=params, opt_state=shapes, step=jax.ShapeDtypeStruct((), jnp.int32))
+        replicated = NamedSharding(self.mesh, PartitionSpec())
+        shardings = optax.tree_map_params(
+            self.tx, lambda _, p: p.sharding, shapes, params, transform_non_params=lambda _: replicated
+        )
+        opt_state = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, shardings)
+        return TrainState(
+            params=params, opt_state=opt_state, step=jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated)
+        )
+
+    def batch_shapes(self, shapes: dict) -> dict:
+        """A batch's shapes and dtypes (`jax.ShapeDtypeStruct`s or arrays) with the shardings
+        `shard` gives it."""
+        if self.mesh is None:
+            return {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in shapes.items()}
+        return {
+            k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=shd.batch_sharding(self.mesh, len(v.shape)))
+            for k, v in shapes.items()
+        }
+
+    def lower(self, state, batch) -> jax.stages.Lowered:
+        """`update`'s jitted function lowered for `state` and `batch` (arrays, or
+        `state_shapes()` / `batch_shapes(...)`): `.compile()` gives its memory and cost analyses."""
+        return self._update.lower(state, batch)
+
     def model(self, params):
         """A Qwen3 module view of `params` (for sampling)."""
         return nnx.merge(self.graphdef, params)
