@@ -346,6 +346,9 @@ def test_schemas_are_bounded_compiled_with_a_deadline_and_cached(tok):
         assert compiler.get(other).tokens.shape[0] == 16
         assert len(compiler._cache) == 3 and text not in compiler._cache  # (the LRU dropped the oldest)
         assert compiler.get(text).tokens.shape == got.tokens.shape
+        compiler.limits.schema_cache_bytes = 1  # (the LRU's byte bound: only the newest stays)
+        compiler.get(srv.check_schema({"enum": ["c"]}, limits))
+        assert list(compiler._cache) == [srv.check_schema({"enum": ["c"]}, limits)]
     finally:
         compiler.close()
 

@@ -86,6 +86,7 @@ class Limits:
     max_states: int = 20_000  # automaton states
     constraint_bytes: int = 256 << 20  # the automaton's tables (states x widest state x 8 bytes)
     schema_cache: int = 16  # compiled schemas (and refusals) kept
+    schema_cache_bytes: int = 1 << 30  # and at most this much of their tables
     compiler_memory: int = 4 << 30  # address space of the compiler process (0: no limit)
     api_key: str = ""
     docs: bool = False  # /docs and /openapi.json
@@ -354,11 +355,16 @@ class SchemaCompiler:
                 self._start()
 
     def _remember(self, key: str, value):
+        size = lambda v: 0 if isinstance(v, str) else v.tokens.nbytes + v.next.nbytes  # noqa: E731
         with self._cache_lock:
             self._cache[key] = value
             self._cache.move_to_end(key)
-            while len(self._cache) > self.limits.schema_cache:
-                self._cache.popitem(last=False)
+            total = sum(size(v) for v in self._cache.values())
+            while len(self._cache) > 1 and (
+                len(self._cache) > self.limits.schema_cache or total > self.limits.schema_cache_bytes
+            ):
+                _, dropped = self._cache.popitem(last=False)
+                total -= size(dropped)
 
     def get(self, schema_text: str):
         """The Constraint of a schema (canonical JSON), or BadRequest."""
