@@ -17,6 +17,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from t2t_jax.engineer.context import Account
+from t2t_jax.engineer.engineer import Proposal
+from t2t_jax.evaluation.points import Point
+
 PHASES = ("sft", "warm", "grpo")
 
 
@@ -28,9 +32,9 @@ class RunRecord:
     counter: int  # checkpoints written (the next one is counter + 1)
     history: list  # the EnvConfig JSON of each stage, the first from env.initial
     weights: list  # the reward weights of each stage
-    records: list  # the engineer's records (proposals.jsonl)
-    results: list  # the evaluation points (results.json)
-    accounts: list  # the failure account of each finished stage
+    records: list[Proposal]  # the engineer's records (proposals.jsonl)
+    results: list[Point]  # the evaluation points (results.json)
+    accounts: list[Account]  # the failure account of each finished stage
     trajectory: list  # one point per GRPO step (rl/step.py trajectory_point)
     has_ref: bool = False  # whether the checkpoint holds reference params
     sft_round: int = 0  # the SFT round under way: 0 the main one, r > 0 the r-th extra (sft.extra_steps)
@@ -46,10 +50,17 @@ class RunRecord:
         """A checkpoint's record (keys older code did not write filled: `upgrade_meta`)."""
         data = upgrade_meta(data, config)
         names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        record = cls(**{k: v for k, v in data.items() if k in names})
+        record.records = [Proposal.from_json(r) for r in record.records]
+        record.accounts = [Account.from_json(a) for a in record.accounts]
+        record.results = [Point.from_json(p) for p in record.results]
+        return record
 
     def to_json(self) -> dict:
-        return dataclasses.asdict(self)
+        """The JSON object (the typed records as theirs)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        typed = ("records", "accounts", "results")
+        return out | {name: [x.to_json() for x in getattr(self, name)] for name in typed}
 
 
 def upgrade_meta(meta: dict, config) -> dict:

@@ -37,7 +37,7 @@ from t2t_jax import distributed, models, storage
 from t2t_jax import sharding as shd
 from t2t_jax.checkpoint import Checkpointer, CheckpointError
 from t2t_jax.engineer.context import build_account
-from t2t_jax.engineer.engineer import Engineer
+from t2t_jax.engineer.engineer import Engineer, Proposal
 from t2t_jax.env import io
 from t2t_jax.env.config import EnvConfig
 from t2t_jax.evaluation import benchmark
@@ -198,9 +198,7 @@ class StageRunner:
         global_step = (s + 1) * c.grpo.steps
         heldout = self.loop.boards(env_config, self.loop.key(200, s), c.eval.heldout)
         ro = self.evaluator.evaluate(run.train.params, heldout, f"held-out {s}")
-        history = [
-            {"stage": a["stage"], "config": a["config"], "valid": a["overall"]["valid"]} for a in run.record.accounts
-        ]
+        history = [a.history_entry() for a in run.record.accounts]
         account = build_account(
             s,
             env_config,
@@ -221,16 +219,15 @@ class StageRunner:
             self.preemption.check()
             with self.timer.phase("engineer"):
                 proposal = engineer.propose(run.train.params, account, env_config, self.first, weights)
-            proposal = distributed.from_host0(proposal)  # (every host decodes the same; host 0's is the record)
+            proposal = Proposal.from_json(distributed.from_host0(proposal.to_json()))  # (host 0's is the record)
             run = run.replace(
                 records=[*run.record.records, proposal],
-                history=[*run.record.history, proposal["config"]],
-                weights=[*run.record.weights, proposal["reward_weights"]],
+                history=[*run.record.history, proposal.config],
+                weights=[*run.record.weights, proposal.reward_weights],
             )
             keys = ("prompt", "text", "accepted", "reason", "config", "reward_weights")
-            self.loop.writer.text(
-                global_step, "engineer/proposal", json.dumps({k: proposal[k] for k in keys}, indent=1)
-            )
+            text = json.dumps({k: getattr(proposal, k) for k in keys}, indent=1)
+            self.loop.writer.text(global_step, "engineer/proposal", text)
             self._write_records(run.record)
         seconds = time.time() - started
         times = self.timer.totals(jax.devices())
@@ -303,7 +300,7 @@ class StageRunner:
     def _write_records(self, record: RunRecord) -> None:
         """results.json and proposals.jsonl from `record` (process 0; none before the first point)."""
         if jax.process_index() == 0 and record.results:
-            io.write_jsonl(storage.join(self.workdir, "proposals.jsonl"), record.records)
+            io.write_jsonl(storage.join(self.workdir, "proposals.jsonl"), [r.to_json() for r in record.records])
             io.write_atomic(storage.join(self.workdir, "results.json"), json.dumps(record.results, indent=1))
 
     # ---- logs ---------------------------------------------------------------------------------
@@ -330,7 +327,7 @@ class StageRunner:
             f"=== stage {s} ({seconds:.0f} s) " + "=" * 40,
             f"config: {json.dumps(env_config.to_json()['buckets'])}",
         ]
-        for b in account["buckets"]:
+        for b in account.buckets:
             lines.append(
                 f"  held-out bucket {b['bucket']}: {b['boards']} boards, valid {b['valid']:.2f} "
                 f"{b['valid_ci']}, optimal {b['optimal']:.2f}, mean tokens {b['mean_tokens']:.0f}"
@@ -346,7 +343,7 @@ class StageRunner:
                 f"{d['diff']:+.3f} {d['ci95']} vs {d['against']} (paired permutation p = {d['p_value']:.4f})"
             )
         if proposal is not None:
-            lines.append(f"engineer ({proposal['kind']}): {proposal['reason']}")
-            lines.append(f"next config: {json.dumps(proposal['config']['buckets'])}")
+            lines.append(f"engineer ({proposal.kind}): {proposal.reason}")
+            lines.append(f"next config: {json.dumps(proposal.config['buckets'])}")
         lines.append("time: " + time_line(times, seconds))
         print("\n".join(lines), flush=True)

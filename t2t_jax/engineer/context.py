@@ -16,6 +16,7 @@ The generator's legal ranges are always shown.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Sequence
@@ -26,6 +27,7 @@ from t2t_jax.env import io
 from t2t_jax.env.config import MAX_HOLE_DENSITY, MIN_SIZE, EnvConfig
 from t2t_jax.env.types import ParseStatus
 from t2t_jax.fields import parse_names
+from t2t_jax.jsonrecord import JsonRecord
 
 FLAGS = (
     "out_of_bounds",
@@ -174,6 +176,26 @@ def legal_ranges(config: EnvConfig) -> dict:
     }
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class Account(JsonRecord):
+    """The failure account of one stage's held-out evaluation (what the engineer reads)."""
+
+    stage: int
+    config: dict  # the stage's EnvConfig JSON
+    reward_weights: dict
+    overall: dict  # bucket_stats of every held-out board: boards, valid, valid_ci, optimal, failures, ...
+    buckets: list  # per bucket of the config: {"bucket", "config", **bucket_stats, "change_in_valid"}
+    breakdown: list  # the worst (bucket, size, agents, hole band) cells (`breakdown`)
+    training: dict  # the stage's updates in brief (`training_details`)
+    failure_cases: list  # raw cases (`failure_cases`)
+    history: list  # earlier stages: {"stage", "config", "valid"}
+    legal_ranges: dict
+
+    def history_entry(self) -> dict:
+        """This stage as a later account's `history` item."""
+        return {"stage": self.stage, "config": self.config, "valid": self.overall["valid"]}
+
+
 def build_account(
     stage: int,
     config: EnvConfig,
@@ -185,7 +207,7 @@ def build_account(
     history: Sequence[dict] = (),
     breakdown_cells: int = 8,
     trajectory: Sequence[dict] = (),
-) -> dict:
+) -> Account:
     """The account of one stage's held-out evaluation (rollouts' boards carry "bucket");
     `trajectory`: one dict of TRAJECTORY values per GRPO step of the stage."""
     buckets = np.array([int(b.get("bucket", 0)) for b in rollouts.boards])
@@ -197,18 +219,18 @@ def build_account(
         stats["change_in_valid"] = None if before is None else round(stats["valid"] - before["valid"], 4)
         per_bucket.append({"bucket": i, "config": bucket.to_json(), **stats})
     overall = bucket_stats(rollouts, np.arange(len(rollouts.boards)))
-    return {
-        "stage": stage,
-        "config": config.to_json(),
-        "reward_weights": dict(reward_weights),
-        "overall": overall,
-        "buckets": per_bucket,
-        "breakdown": breakdown(rollouts, buckets, breakdown_cells) if breakdown_cells else [],
-        "training": training_details(trajectory),
-        "failure_cases": failure_cases(rollouts, cases) if cases else [],
-        "history": list(history),
-        "legal_ranges": legal_ranges(config),
-    }
+    return Account(
+        stage=stage,
+        config=config.to_json(),
+        reward_weights=dict(reward_weights),
+        overall=overall,
+        buckets=per_bucket,
+        breakdown=breakdown(rollouts, buckets, breakdown_cells) if breakdown_cells else [],
+        training=training_details(trajectory),
+        failure_cases=failure_cases(rollouts, cases) if cases else [],
+        history=list(history),
+        legal_ranges=legal_ranges(config),
+    )
 
 
 def account_text(account: dict, evidence: str | None = None, sections: Sequence[str] = SECTIONS) -> str:

@@ -25,16 +25,43 @@ schema, or free text that must parse as JSON). Each edit mode has its own instru
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import numpy as np
 
 from t2t_jax.engineer import baselines, context, propose
 from t2t_jax.env.config import EnvConfig
+from t2t_jax.jsonrecord import JsonRecord
 from t2t_jax.text.prompts import encode_texts
 
 KINDS = ("self", "base", "api") + tuple(baselines.BASELINES)
 EVIDENCE = ("raw", "summary")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Proposal(JsonRecord):
+    """One engineer call's record (a line of proposals.jsonl): its settings, the prompt, the
+    model's text and parsed proposal, whether it was accepted and why, and the next stage's
+    config and reward weights (the previous ones when rejected)."""
+
+    OPTIONAL = ("api_calls",)
+
+    stage: int  # the stage whose account it read
+    kind: str  # engineer.kind
+    edit_mode: str
+    evidence: str
+    failure_cases: int
+    constrained: bool
+    prompt: str | None  # the account as the model read it (None for the baselines)
+    summary: str | None  # the model's own summary of its failure cases (evidence = summary)
+    text: str | None  # the model's reply
+    parsed: dict | None  # the reply as JSON
+    accepted: bool
+    reason: str
+    api_calls: list | None  # kind api: each call's attempts, structured-output fallback, tokens
+    config: dict  # the next stage's EnvConfig JSON
+    reward_weights: dict
 
 
 class Engineer:
@@ -100,8 +127,9 @@ class Engineer:
         lengths = np.asarray(out.lengths)
         return self.policy.decode(np.asarray(out.tokens), lengths)[0], bool(out.truncated[0])
 
-    def propose(self, params, account: dict, config: EnvConfig, first: EnvConfig, reward_weights: dict) -> dict:
-        """The record of one proposal for the stage after `account["stage"]`."""
+    def propose(self, params, account, config: EnvConfig, first: EnvConfig, reward_weights: dict) -> Proposal:
+        """The record of one proposal for the stage after `account["stage"]` (a context.Account,
+        or its JSON)."""
         c, stage = self.config, account["stage"]
         record = {
             "stage": stage,
@@ -124,7 +152,9 @@ class Engineer:
                 **reward_weights,
                 **baselines.reward_schedule(account["overall"]["valid"], c.efficiency_threshold),
             }
-            return record | {"accepted": True, "reason": reason, "config": new.to_json(), "reward_weights": weights}
+            return Proposal.from_json(
+                record | {"accepted": True, "reason": reason, "config": new.to_json(), "reward_weights": weights}
+            )
         params = params if c.kind == "self" else self.base_params
         if self.client is not None:  # each API call's attempts, structured-output fallback, tokens
             self.api_calls = record["api_calls"] = []
@@ -148,11 +178,14 @@ class Engineer:
                 parsed, config, reward_weights, c.edit_mode, self.agent_range, c.max_edits
             )
         except propose.ProposalError as e:
-            return record | {
-                "reason": f"rejected: {e}; previous config kept",
-                "config": config.to_json(),
-                "reward_weights": dict(reward_weights),
-            }
+            return Proposal.from_json(
+                record
+                | {
+                    "reason": f"rejected: {e}; previous config kept",
+                    "config": config.to_json(),
+                    "reward_weights": dict(reward_weights),
+                }
+            )
         reason = "accepted"
         valid = account["overall"]["valid"]
         if getattr(c, "reward_guard", True) and valid < c.efficiency_threshold:
@@ -163,4 +196,6 @@ class Engineer:
                     f"engineer.efficiency_threshold {c.efficiency_threshold} (engineer.reward_guard)"
                 )
             weights = {**weights, **guarded}
-        return record | {"accepted": True, "reason": reason, "config": new.to_json(), "reward_weights": weights}
+        return Proposal.from_json(
+            record | {"accepted": True, "reason": reason, "config": new.to_json(), "reward_weights": weights}
+        )

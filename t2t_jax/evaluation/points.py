@@ -17,10 +17,32 @@ import dataclasses
 from collections.abc import Callable, Sequence
 
 from t2t_jax.evaluation import benchmark, sets
+from t2t_jax.jsonrecord import JsonRecord
 from t2t_jax.perf import PhaseTimer
 
 # The monitor's boards: one fixed draw from env.initial, the same for every seed and arm.
 MONITOR_KEY = 20261202
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Point(JsonRecord):
+    """One evaluation point of a run (an entry of results.json)."""
+
+    OPTIONAL = ("sft_checks", "sampled", "vs_first", "ood", "monitor", "monitor_vs_first")
+
+    point: str  # "warm_start" / "initial", "stage_0", ...
+    boards: int  # benchmark boards, greedy
+    valid: float
+    optimal: float
+    mean_tokens: float
+    cells: list  # per (agents, size): boards, valid, optimal, mean_tokens
+    board_valid: str  # one "0"/"1" per board, in benchmark order (paired tests)
+    sft_checks: list | None = None  # the warm start's checks (warm_start point)
+    sampled: dict | None = None  # avg@k on the benchmark boards (eval.samples)
+    vs_first: dict | None = None  # the last point: paired change since the first (McNemar)
+    ood: dict | None = None  # the last point: the out-of-distribution sets
+    monitor: dict | None = None  # avg@k on the monitor boards
+    monitor_vs_first: dict | None = None  # paired change of the monitor since the first point
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,7 +138,7 @@ class Evaluator:
         monitor: Sequence[dict] = (),
         paired: bool = False,
         extra: dict | None = None,
-    ) -> tuple[dict, dict]:
+    ) -> tuple[Point, dict]:
         """(the results entry of point `name`, its TensorBoard scalars). `results`: the run's
         earlier points (the first is what this one is paired with); `paired` (the last point):
         `vs_first` and the OOD sets; `extra`: more keys of the entry."""
@@ -144,4 +166,4 @@ class Evaluator:
                     **benchmark.paired_sampled_change(first["monitor"], entry["monitor"]),
                     "against": first["point"],
                 }
-        return entry, values
+        return Point.from_json(entry), values
