@@ -213,6 +213,9 @@ def serve_cases():
         ("stalled headers", "special", None, ()),
         ("stalled body", "special", None, ()),
         ("300 idle connections", "special", None, ()),
+        ("600 connections on a limit of 512", "special", None, ()),
+        ("malformed HTTP", "special", None, ()),
+        ("headers over 16 KiB", "special", None, ()),
         ("a client that hangs up mid-decode", "special", None, ()),
         ("40 clients on a queue of 8", "special", None, ()),
     ]
@@ -287,6 +290,52 @@ def _special(name, addr, read_timeout):
             "clean" if ok else "accepted",
             f"a request beside them: {status} in {took:.2f} s; {closed} closed",
         )
+    if name == "600 connections on a limit of 512":
+        socks, refused = [], 0
+        for _ in range(600):
+            try:
+                socks.append(socket.create_connection(addr, timeout=5))
+            except OSError:
+                refused += 1
+        time.sleep(0.5)
+        shaped = 0
+        for sock in socks[512:]:
+            sock.settimeout(2)
+            try:
+                reply = sock.recv(4096)
+            except OSError:
+                reply = b""
+            head, _, body = reply.partition(b"\r\n\r\n")
+            shaped += b" 503 " in head.split(b"\r\n")[0] and _shape(body.decode(errors="replace")) is not None
+        for sock in socks:
+            sock.close()
+        time.sleep(0.5)
+        status = _request(addr, body=_chat())[0]
+        ok = shaped == len(socks) - 512 and status == 200
+        last = f"{shaped} of {len(socks) - 512} beyond the limit answered 503 (OpenAI shape); then a request: {status}"
+        return status, "clean" if ok else "accepted", last
+    if name in ("malformed HTTP", "headers over 16 KiB"):
+        parts = (
+            [b"NOT HTTP AT ALL\r\n\r\n"]
+            if name == "malformed HTTP"
+            else [b"GET /health HTTP/1.1\r\nX-Big: " + b"a" * 20_000, b"\r\n\r\n"]
+        )
+        sock = socket.create_connection(addr)
+        sock.settimeout(5)
+        for part in parts:
+            sock.sendall(part)
+            time.sleep(0.1)
+        reply = b""
+        try:
+            while chunk := sock.recv(4096):
+                reply += chunk
+        except OSError:
+            pass
+        sock.close()
+        head, _, body = reply.partition(b"\r\n\r\n")
+        line = head.split(b"\r\n")[0].decode(errors="replace")
+        err = _shape(body.decode(errors="replace"))
+        return line, "clean" if " 400 " in line and err else "unnamed", err["message"] if err else line
     if name == "a client that hangs up mid-decode":
         data = json.dumps(_chat(max_tokens=4000, messages=[{"role": "user", "content": "go"}])).encode()
         s = socket.create_connection(addr)

@@ -362,3 +362,31 @@ def test_a_schema_request_end_to_end_400s_then_serves(tok):
         assert body["error"]["param"] == "response_format"
         status, body, _ = call(addr, body=chat(response_format=fmt({"enum": ["a", "b"]})))
         assert status == 200, body
+
+
+def test_a_connection_limit_and_malformed_http_answer_in_the_openai_shape(tok):
+    backend = backend_of(tok, max_connections=4)
+    with Serve(backend) as addr:
+        held = [socket.create_connection(addr) for _ in range(4)]
+        extra = socket.create_connection(addr)
+        extra.settimeout(5)
+        reply = extra.recv(4096)
+        head, _, body = reply.partition(b"\r\n\r\n")
+        assert b" 503 " in head.split(b"\r\n")[0] and json.loads(body)["error"]["code"] == "too_many_connections"
+        for s in held + [extra]:
+            s.close()
+        time.sleep(0.2)
+        for parts in ([b"NOT HTTP AT ALL\r\n\r\n"], [b"GET /health HTTP/1.1\r\nX-Big: " + b"a" * 20_000, b"\r\n\r\n"]):
+            bad = socket.create_connection(addr)
+            bad.settimeout(5)
+            for part in parts:  # (headers over 16 KiB count once they arrive in pieces)
+                bad.sendall(part)
+                time.sleep(0.1)
+            reply = b""
+            while chunk := bad.recv(4096):
+                reply += chunk
+            head, _, body = reply.partition(b"\r\n\r\n")
+            assert b" 400 " in head.split(b"\r\n")[0], reply[:200]
+            assert set(json.loads(body)["error"]) == {"message", "type", "param", "code"}
+            bad.close()
+        assert call(addr, "GET", "/health")[0] == 200

@@ -77,7 +77,7 @@ class Limits:
     max_messages: int = 1024
     max_queue: int = 64  # requests in flight (reading, tokenizing, queued, decoding) before 429
     read_timeout: float = 10.0  # seconds for a request's headers and body to arrive
-    max_connections: int = 512  # open connections and tasks before uvicorn answers 503
+    max_connections: int = 512  # open connections before a new one is answered 503
     keep_alive: int = 5  # seconds an idle keep-alive connection stays open
     schema_timeout: float = 10.0  # seconds a schema may take to compile
     schema_bytes: int = 32 << 10  # the schema's JSON
@@ -850,11 +850,24 @@ def make_app(backend: Backend):
 # uvicorn
 
 
-def timed_protocol(read_timeout: float):
+def _raw_error(status: int, reason: str, message: str, code: str) -> bytes:
+    """A whole HTTP/1.1 error response in the OpenAI shape, for the protocol level (no app)."""
+    kind = "server_error" if status >= 500 else "invalid_request_error"
+    body = json.dumps(error_body(message, kind, None, code)).encode()
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\nconnection: close\r\n"
+        f"content-length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+def timed_protocol(read_timeout: float, max_connections: int = 0):
     """uvicorn's h11 protocol with a read deadline: a connection whose request headers have not
     all arrived `read_timeout` seconds after it opened (or after its last response) is closed
-    (uvicorn has no such timeout: a stalled client would hold its connection forever). Bodies
-    are timed by the app (408)."""
+    (uvicorn has no such timeout: a stalled client would hold its connection forever; bodies are
+    timed by the app: 408). Beyond `max_connections` open connections (0: no limit) a new one is
+    answered 503 and closed; a malformed request or headers over 16 KiB are a 400; both in the
+    OpenAI error shape (uvicorn's own are plain text)."""
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class TimedH11Protocol(H11Protocol):
@@ -877,7 +890,18 @@ def timed_protocol(read_timeout: float):
 
         def connection_made(self, transport):
             super().connection_made(transport)
+            if max_connections and len(self.connections) > max_connections:
+                message = f"the server has {max_connections} connections open; retry later"
+                transport.write(_raw_error(503, "Service Unavailable", message, "too_many_connections"))
+                transport.close()
+                return
             self._arm()
+
+        def send_400_response(self, msg: str):
+            self.transport.write(
+                _raw_error(400, "Bad Request", f"{msg} (malformed HTTP, or headers over 16 KiB)", "bad_http")
+            )
+            self.transport.close()
 
         def on_response_complete(self):
             super().on_response_complete()
@@ -892,8 +916,8 @@ def timed_protocol(read_timeout: float):
 
 
 def server_config(app, host: str, port: int, limits: Limits, log_level: str = "warning"):
-    """uvicorn's Config with the limits: the read deadline, a connection limit (503 beyond it),
-    the keep-alive timeout and 16 KiB of headers."""
+    """uvicorn's Config with the limits (`timed_protocol`): the read deadline, a connection limit
+    (503 beyond it), the keep-alive timeout and 16 KiB of headers."""
     import uvicorn
 
     return uvicorn.Config(
@@ -901,8 +925,7 @@ def server_config(app, host: str, port: int, limits: Limits, log_level: str = "w
         host=host,
         port=port,
         log_level=log_level,
-        http=timed_protocol(limits.read_timeout),
-        limit_concurrency=limits.max_connections,
+        http=timed_protocol(limits.read_timeout, limits.max_connections),
         timeout_keep_alive=limits.keep_alive,
         h11_max_incomplete_event_size=16 * 1024,
         server_header=False,
