@@ -8,11 +8,6 @@ is one line and exit status 2 (`--debug`: the traceback). See t2t_jax/stages.py 
 does and writes.
 """
 
-if __name__ == "__main__":  # restart with the malloc tunable before jax loads: t2t_jax/hostenv.py
-    from t2t_jax import hostenv
-
-    hostenv.reexec_with_malloc_tunables()
-
 from absl import flags, logging
 
 from t2t_jax import cli
@@ -36,13 +31,16 @@ def main(argv):
     del argv
     if logging.get_verbosity() <= logging.INFO and not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO
-    from t2t_jax import rundir
+    from t2t_jax import distributed, rundir
     from t2t_jax.config import schema
 
     schema.validate(_CONFIG.value)
     schema.check_inputs(_CONFIG.value)
-    run = rundir.open_run(
-        _WORKDIR.value, _CONFIG.value, resume=_RESUME.value, allow=_ALLOW.value, break_lock=_BREAK_LOCK.value
+    distributed.initialize(_CONFIG.value.distributed)  # before anything touches a device
+    run = distributed.same_outcome(  # (a refusal on one host stops every host at once)
+        lambda: rundir.open_run(
+            _WORKDIR.value, _CONFIG.value, resume=_RESUME.value, allow=_ALLOW.value, break_lock=_BREAK_LOCK.value
+        )
     )
     try:
         from t2t_jax.stages import StageRunner
