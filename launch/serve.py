@@ -16,11 +16,6 @@ checked as `Authorization: Bearer KEY`). Prints one JSON line (its URL) once the
 and the port is bound. Serves until Ctrl-C / SIGTERM.
 """
 
-if __name__ == "__main__":  # restart with the malloc tunable before jax loads: t2t_jax/hostenv.py
-    from t2t_jax import hostenv
-
-    hostenv.reexec_with_malloc_tunables()
-
 import json
 import os
 
