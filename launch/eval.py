@@ -57,7 +57,7 @@ _SAMPLES = flags.DEFINE_integer(
 _TEMPERATURE = flags.DEFINE_float(
     "temperature", 1.0, "Sampling temperature of --samples (> 0).", lower_bound=0.0, upper_bound=100.0
 )
-_TOP_P = flags.DEFINE_float("top_p", 1.0, "Nucleus of --samples, in (0, 1].", lower_bound=0.0, upper_bound=1.0)
+_TOP_P = flags.DEFINE_float("top_p", 1.0, "Nucleus of --samples, in (0, 1] (checked in main).")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the --samples draws.", lower_bound=0, upper_bound=2**32 - 1)
 _OOD = flags.DEFINE_string(
     "ood", "ood_6_agents,ood_dense", "Out-of-distribution sets scored too (greedy; '' for none)."
@@ -183,7 +183,7 @@ def main(argv):
         raise app.UsageError(f"--api_key_env: the environment variable {_API_KEY_ENV.value} is not set")
     if _SAMPLES.value and not _TEMPERATURE.value > 0:
         raise app.UsageError(f"--temperature {_TEMPERATURE.value} must be > 0 with --samples")
-    if _SAMPLES.value and not 0 < _TOP_P.value <= 1:
+    if not 0 < _TOP_P.value <= 1:
         raise app.UsageError(f"--top_p {_TOP_P.value} must be in (0, 1]")
     logging.set_verbosity(logging.WARNING)
     from t2t_jax.evaluation import benchmark, sets
