@@ -389,7 +389,7 @@ def try_mapf(tmp):
         "a 5,000-digit size": (json.dumps(BOARD).replace('"size": 4', '"size": ' + "9" * 5000) + "\n", ":1"),
         "a 5,000-digit bucket": (json.dumps(BOARD)[:-1] + ', "bucket": ' + "9" * 5000 + "}\n", ":1"),
         "NaN": (json.dumps({**BOARD, "bucket": math.nan}) + "\n", ":1"),
-        "a line of 2 MiB": ('{"size": 4, "pad": "' + "x" * (2 << 20) + '"}\n', ":1"),
+        "a line of 17 MiB": ('{"size": 4, "pad": "' + "x" * (17 << 20) + '"}\n', ":1"),
         "an array, not an object": ("[1, 2, 3]\n", ":1"),
         "two objects on a line": (json.dumps(BOARD) + " " + json.dumps(BOARD) + "\n", ":1"),
     }

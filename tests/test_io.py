@@ -120,7 +120,7 @@ def test_integers_of_thousands_of_digits_are_never_converted():
         (b"", "holds no boards"),
         (b"\n  \n", "holds no boards"),
         (b"\x89PNG\r\n\x1a\n\xff\xfe\n", ":1: not UTF-8 text"),
-        (b'{"size": 3, "pad": "' + b"x" * (2 << 20) + b'"}\n', ":1: a line longer than 1048576 bytes"),
+        (b'{"size": 3, "pad": "' + b"x" * (17 << 20) + b'"}\n', ":1: a line longer than 16777216 bytes"),
         (json.dumps(BOARD).encode() + b"\n" + b'{"size": ' + b"[" * 50_000 + b"\n", ":2: JSON nested deeper"),
         (json.dumps({**BOARD, "optimal_makespan": 2**64}).encode() + b"\n", ":1: optimal_makespan: 1844674407"),
     ],

@@ -61,7 +61,7 @@ def _is_int(v) -> bool:
 
 INT32_MAX = 2**31 - 1  # every number of a board is stored as int32
 MAX_DEPTH = 32  # JSON nesting a board or plan line may have (a board needs 3)
-MAX_LINE_BYTES = 1 << 20  # the longest line of a board or plan file
+MAX_LINE_BYTES = 1 << 24  # the longest line of a board or plan file (16 MiB: a plan of a million actions fits)
 MAX_DIGITS = 30  # longer integer literals are read as a BigNumber (never converted)
 
 
