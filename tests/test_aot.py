@@ -172,14 +172,15 @@ def test_the_abstract_train_state_and_batch_are_placed_as_init_and_shard_place_t
 @needs_libtpu
 @pytest.mark.slow
 def test_the_paper_config_fits_a_v5e_and_a_v5p_mesh():
-    """configs/qwen3_4b.py: its GRPO micro-batch (32 sequences of 512 + 8,192 tokens, splash) and
-    the engine's decode step (rollout.slots = 64 rows over an 8,704-token cache), dense and paged
+    """configs/qwen3_4b.py: its GRPO update (256 sequences of 512 + 8,192 tokens in micro-batches
+    of 32, splash) and the engine's decode chunk (rollout.slots = 64 rows over an 8,704-token cache), dense and paged
     (the Pallas kernel, a pool of every row's 8,704 tokens)."""
     rows = aot(
         "--config=configs/qwen3_4b.py",
         "--topologies=v5e:4x4,v5p:4x4x4",
         "--meshes=fsdp=16,fsdp=32xtensor=2",
         "--what=train,decode,paged_decode",
+        timeout=3600,  # (six 4B compiles: 6-8 minutes each on a 2-core machine, docs/model.md)
     )
     implied, *rows = rows
     assert implied["from_config"]["batch"] == 32 and implied["from_config"]["length"] == 8704
