@@ -90,6 +90,7 @@ def train(mesh, steps=3, share_prompts=False, grouped=False, checkpoint=None):
         ckpt.save(1, {"state": state}, {"fresh": True})
         ckpt.close()
     data = trainer.shard(batch(grouped=grouped))  # (each process feeds the rows its devices hold)
+    assert data["prompt_ids"].shape[0] == 8, data["prompt_ids"].shape  # the batch's rows, not 8 per process
     for _ in range(steps):
         state, metrics = trainer.update(state, data)
     return state, float(metrics["loss"])
