@@ -54,8 +54,7 @@ def get_config(arg: str = ""):
     c.grpo.update(steps=100, prompts=32, group_size=8, loss_type="dapo", beta=0.0)
     c.optim.update(learning_rate=1e-6, warmup_steps=10, decay_steps=300)
     # share_prompts off: prompts are ~300 of up to ~8,500 tokens here (little to save), and the
-    # cached forward holds every row's keys/values for the layer scan, which the AOT memory
-    # figures (measured for the plain step) do not cover.
+    # cached forward holds every row's keys/values for the layer scan.
     c.train.update(micro_batches=8, logprob_chunk=512, share_prompts=False)
     c.engineer.update(agent_range=(2, 2), failure_cases=8)
     c.eval.update(per_cell=None, mid_per_cell=30, heldout=256, batch_size=64)
