@@ -31,8 +31,10 @@ def main(argv):
     del argv
     if logging.get_verbosity() <= logging.INFO and not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO
-    from t2t_jax import distributed, rundir
+    from t2t_jax import distributed, preemption, rundir
     from t2t_jax.config import schema
+
+    preemption.route_to_a_thread()  # SIGTERM to one waiting thread, before any other thread exists
 
     schema.validate(_CONFIG.value)
     schema.check_inputs(_CONFIG.value)

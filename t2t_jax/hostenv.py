@@ -69,3 +69,11 @@ def reexec_launcher() -> None:
     """`reexec_with_malloc_tunables()` when this process runs a launcher (`launch/__init__.py`)."""
     if launcher() is not None:
         reexec_with_malloc_tunables()
+
+
+def block_signal(signum: int) -> None:
+    """Block `signum` in this thread, and so in every thread started after (before numpy's or
+    XLA's thread pools exist): `preemption.route_to_a_thread` then takes it in one waiting thread."""
+    import signal
+
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signum})

@@ -19,11 +19,38 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import threading
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import numpy as np
+
+_routed: dict[int, Callable | None] = {}  # signal -> what its waiting thread calls (route_to_a_thread)
+
+
+def route_to_a_thread(signum: int = signal.SIGTERM) -> None:
+    """Take `signum` in one waiting thread: blocked in this thread and every thread it starts from
+    now on, a preemption signal never lands on a collective's or a storage client's thread in the
+    middle of a system call. Threads that exist already keep it unblocked, so the block must come
+    first (`hostenv.block_signal` in launch/__init__.py, before numpy's and XLA's threads);
+    `Preemption.handling` then uses the waiting thread."""
+    if signum in _routed:
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signum})
+    _routed[signum] = None
+
+    def wait():
+        while True:
+            signal.sigwait({signum})
+            callback = _routed.get(signum)
+            if callback is not None:
+                callback()
+            else:  # (outside a run: the signal's own action, here in this thread)
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signum})
+                signal.pthread_kill(threading.get_ident(), signum)
+
+    threading.Thread(target=wait, name=f"signal-{signum}", daemon=True).start()
 
 
 class Preempted(SystemExit):
@@ -62,7 +89,15 @@ class Preemption:
 
     @contextlib.contextmanager
     def handling(self, signum: int = signal.SIGTERM):
-        """`signum` requests a stop while inside (the previous handler restored after)."""
+        """`signum` requests a stop while inside: through the waiting thread when the process
+        routes it there (`route_to_a_thread`), else a handler (the previous one restored after)."""
+        if signum in _routed:
+            _routed[signum] = self.request
+            try:
+                yield self
+            finally:
+                _routed[signum] = None
+            return
         previous = signal.signal(signum, self.request)
         try:
             yield self
