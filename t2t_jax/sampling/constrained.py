@@ -24,7 +24,8 @@ import json
 
 import chex
 import jax.numpy as jnp
-import numpy as np
+
+from t2t_jax.automaton import index_tables
 
 
 @functools.lru_cache(maxsize=1)
@@ -66,23 +67,9 @@ class Constraint:
         from outlines_core import Index, Vocabulary
 
         eos = tokenizer.eos_token_id if eos_id is None else eos_id
-        index = Index(regex, Vocabulary(eos, token_bytes(tokenizer)))
-        transitions = index.get_transitions()
-        states = sorted(set(transitions) | set(index.get_final_states()) | {index.get_initial_state()})
-        number = {s: i for i, s in enumerate(states)}
-        width = max([1] + [len(t) for t in transitions.values()])
-        tokens = np.full((len(states), width), -1, np.int32)
-        nxt = np.zeros((len(states), width), np.int32)
-        for s, row in transitions.items():
-            items = sorted((tok, dst) for tok, dst in row.items() if tok != eos)
-            tokens[number[s], : len(items)] = [t for t, _ in items]
-            nxt[number[s], : len(items)] = [number[d] for _, d in items]
-        final = np.array([index.is_final_state(s) for s in states], bool)
+        tokens, nxt, final, initial = index_tables(Index(regex, Vocabulary(eos, token_bytes(tokenizer))), eos)
         return cls(
-            tokens=jnp.asarray(tokens),
-            next=jnp.asarray(nxt),
-            final=jnp.asarray(final),
-            initial=jnp.int32(number[index.get_initial_state()]),
+            tokens=jnp.asarray(tokens), next=jnp.asarray(nxt), final=jnp.asarray(final), initial=jnp.int32(initial)
         )
 
     @classmethod

@@ -256,39 +256,35 @@ def _compile_worker(conn, vocab, eos: int, max_states: int, max_bytes: int, memo
     from outlines_core import Index, Vocabulary
     from outlines_core.json_schema import build_regex_from_schema
 
+    from t2t_jax.automaton import index_tables
+
     vocabulary = Vocabulary(eos, vocab)
     while True:
         try:
             text = conn.recv()
         except (EOFError, OSError):
             return
+
+        def bounded(states: int, width: int) -> None:
+            if states > max_states or states * width * 8 > max_bytes:
+                raise _TooLarge(
+                    f"its automaton has {states} states x {width} tokens; this server takes at most "
+                    f"{max_states} states and {max_bytes >> 20} MiB of tables"
+                )
+
         try:
             index = Index(build_regex_from_schema(text, whitespace_pattern=""), vocabulary)
-            transitions = index.get_transitions()
-            states = sorted(set(transitions) | set(index.get_final_states()) | {index.get_initial_state()})
-            width = max([1] + [len(t) for t in transitions.values()])
-            if len(states) > max_states or len(states) * width * 8 > max_bytes:
-                conn.send(
-                    (
-                        "refused",
-                        f"its automaton has {len(states)} states x {width} tokens; this server takes at most "
-                        f"{max_states} states and {max_bytes >> 20} MiB of tables",
-                    )
-                )
-                continue
-            number = {s: i for i, s in enumerate(states)}
-            tokens = np.full((len(states), width), -1, np.int32)
-            nxt = np.zeros((len(states), width), np.int32)
-            for s, row in transitions.items():
-                items = sorted((tok, dst) for tok, dst in row.items() if tok != eos)
-                tokens[number[s], : len(items)] = [t for t, _ in items]
-                nxt[number[s], : len(items)] = [number[d] for _, d in items]
-            final = np.array([index.is_final_state(s) for s in states], bool)
-            conn.send(("ok", (tokens, nxt, final, number[index.get_initial_state()])))
+            conn.send(("ok", index_tables(index, eos, check=bounded)))
+        except _TooLarge as e:
+            conn.send(("refused", str(e)))
         except MemoryError:
             conn.send(("refused", "compiling it ran out of memory"))
         except Exception as e:  # noqa: BLE001 - outlines-core's errors for schemas it cannot compile
             conn.send(("error", f"{type(e).__name__}: {str(e)[:300]}"))
+
+
+class _TooLarge(Exception):
+    """A schema's automaton over the server's bounds (the compiler process refuses it)."""
 
 
 def pad_tables(tokens, nxt, final, width_cap: int):
