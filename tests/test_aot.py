@@ -173,19 +173,22 @@ def test_the_abstract_train_state_and_batch_are_placed_as_init_and_shard_place_t
 @pytest.mark.slow
 def test_the_paper_config_fits_a_v5e_and_a_v5p_mesh():
     """configs/qwen3_4b.py: its GRPO update (256 sequences of 512 + 8,192 tokens in micro-batches
-    of 32, splash) and the engine's decode chunk (rollout.slots = 64 rows over an 8,704-token cache), dense and paged
-    (the Pallas kernel, a pool of every row's 8,704 tokens)."""
+    of 32, splash) and the engine's paged decode chunk (rollout.slots = 64 rows, the Pallas kernel,
+    a pool of every row's 8,704 tokens: the TPU default). The dense decode rows assume a cache
+    placement the engine does not make yet (docs/model.md); they and the other meshes are in
+    docs/results/aot/, from the commands in docs/model.md (a 4B compile takes minutes here, so
+    CI compiles four)."""
     rows = aot(
         "--config=configs/qwen3_4b.py",
         "--topologies=v5e:4x4,v5p:4x4x4",
         "--meshes=fsdp=16,fsdp=32xtensor=2",
-        "--what=train,decode,paged_decode",
-        timeout=3600,  # (six 4B compiles: 6-8 minutes each on a 2-core machine, docs/model.md)
+        "--what=train,paged_decode",
+        timeout=2400,  # (four 4B compiles: 4-8 minutes each on a 2-core machine, docs/model.md)
     )
     implied, *rows = rows
     assert implied["from_config"]["batch"] == 32 and implied["from_config"]["length"] == 8704
     assert implied["from_config"]["decode_batch"] == 64
     fits = {(r["topology"], r["what"]): r["fits"] for r in rows}
-    assert fits == {(t, w): True for t in ("v5e:4x4", "v5p:4x4x4") for w in ("train", "decode", "paged_decode")}, rows
+    assert fits == {(t, w): True for t in ("v5e:4x4", "v5p:4x4x4") for w in ("train", "paged_decode")}, rows
     paged = [r for r in rows if r["what"] == "paged_decode"]
     assert all(r["attention"] == "paged" and r["kv_tokens"] == 64 * 8704 for r in paged), paged
