@@ -24,8 +24,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from PIL import Image
+from test_run_directory import config  # (the smoke config with changes: grpo__control=...)
 
-import configs.stage
 from t2t_jax import rundir, storage
 from t2t_jax.env import io
 
@@ -132,14 +132,6 @@ def emulator(tmp_path_factory):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-
-
-def config(**changes):
-    c = configs.stage.get_config("smoke")
-    for path, value in changes.items():
-        section, field = path.split("__") if "__" in path else (None, path)
-        (c[section] if section else c)[field] = value
-    return c
 
 
 def test_paths_resolve_and_join(emulator):
