@@ -2,6 +2,7 @@
 
 import functools
 import os
+import socket
 
 import numpy as np
 from hypothesis import HealthCheck, settings
@@ -44,3 +45,10 @@ def generator(config, candidates=8):
     from t2t_jax.env.generator import Generator
 
     return Generator(config, candidates=candidates)
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (servers, coordinators and emulators of the tests)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

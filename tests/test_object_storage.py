@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import free_port
 from PIL import Image
 from test_run_directory import config  # (the smoke config with changes: grpo__control=...)
 
@@ -87,18 +88,12 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory):
     """The emulator's URL, with the bucket made; STORAGE_EMULATOR_HOST set for the module's tests."""
     if importlib.util.find_spec("gcp_storage_emulator") is None:
         pytest.fail("gcp-storage-emulator is not installed: pip install -e .[test]")
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = open(tmp_path_factory.mktemp("emulator") / "log", "w")
     proc = subprocess.Popen(

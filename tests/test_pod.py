@@ -8,24 +8,18 @@ on tests/test_object_storage.py's GCS emulator passed by hand: docs/stage_loop.m
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
+from conftest import free_port
 
 from t2t_jax import storage
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HOSTS, DEVICES = 2, 4
 pytestmark = pytest.mark.slow
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _env(devices: int) -> dict:
@@ -54,7 +48,7 @@ def hosts(workdir, *flags, cache_root, stop_host=None, stop_when=None, timeout=9
     """Run the rehearsal on HOSTS processes; `stop_when()` true -> SIGTERM to host `stop_host`.
     Returns [(exit code, output)] per host. Each host keeps its own compilation cache (a host that
     loads a step from a cache while its peer compiles it can drift past gloo's rendezvous)."""
-    port = _port()
+    port = free_port()
     procs = []
     for i in range(HOSTS):
         dist = [

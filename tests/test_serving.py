@@ -6,7 +6,6 @@ processes, are in tests/test_stages.py."""
 
 import asyncio
 import json
-import socket
 import threading
 import time
 import types
@@ -14,6 +13,7 @@ import types
 import numpy as np
 import pytest
 import uvicorn
+from conftest import free_port
 from fastapi import FastAPI
 from fastapi import Request as HttpRequest
 from fastapi.responses import JSONResponse, PlainTextResponse
@@ -27,12 +27,6 @@ from t2t_jax.serving.client import ChatClient, Request
 
 CONFIG = make_config([{"size": [3, 4], "agents": 2, "hole_density": [0.0, 0.2]}])
 MESSAGES = ({"role": "user", "content": "hello"},)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Serve:

@@ -17,6 +17,7 @@ import types
 import numpy as np
 import pytest
 import uvicorn
+from conftest import free_port
 
 from t2t_jax.rollout import Policy
 from t2t_jax.serving import server as srv
@@ -62,12 +63,6 @@ class ScriptedSampler:
 @pytest.fixture(scope="module")
 def tok():
     return load_tokenizer()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Serve:

@@ -13,6 +13,7 @@ import time
 import jax
 import numpy as np
 import pytest
+from conftest import free_port
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -418,14 +419,6 @@ def served(run):
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
-
-
-def free_port():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_eval_through_the_served_run_gives_the_in_process_verdicts(run, served, tmp_path):

@@ -2,7 +2,6 @@
 and a small real learning test (GRPO raises a toy reward)."""
 
 import os
-import socket
 import subprocess
 import sys
 
@@ -10,6 +9,7 @@ import jax
 import ml_collections as mlc
 import numpy as np
 import pytest
+from conftest import free_port
 from flax import nnx
 
 from t2t_jax.models import qwen3
@@ -179,12 +179,6 @@ def test_sharded_update_equals_single_device(tmp_path):
     assert out.stdout.count("ok ") == 5
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_two_process_run_equals_single_process(tmp_path):
     """Two processes on localhost (jax.distributed, gloo), 2 fake devices each, fsdp over all 4:
@@ -197,7 +191,7 @@ def test_two_process_run_equals_single_process(tmp_path):
         timeout=900,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    port, multi = _free_port(), tmp_path / "multi.npz"
+    port, multi = free_port(), tmp_path / "multi.npz"
     procs = [
         subprocess.Popen(
             [sys.executable, os.path.join(HERE, "train_check.py"), "multihost", str(port), str(i), "2", str(multi)],
