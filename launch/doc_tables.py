@@ -5,11 +5,11 @@
     python -m launch.doc_tables --record=docs/results/bench/NAME.jsonl -- python -m launch.bench_env ...
 
 A table sits between `<!-- table: PATH COLUMNS [PREFIX] -->` and `<!-- end table -->` in a doc:
-PATH a JSON-lines file (from the repository's root) whose first line records the run (command,
-commit, date, machine) and whose other lines are the command's output as it printed them;
-COLUMNS the comma-separated keys shown; PREFIX keeps the rows whose `name` starts with it. Each
-row is a line that has every column. `--record` runs a command and writes such a file.
-tests/test_docs.py fails when a doc's table differs from its rendering.
+PATH a JSON-lines file (from the repository's root), a command's output as it printed it, after
+a first line that records the run (command, commit, date, machine) when `--record` wrote it
+(else the doc says where the file came from); COLUMNS the comma-separated keys shown (`KEY:GiB`
+shows bytes in GiB); PREFIX keeps the rows whose `name` starts with it. Each row is a line that
+has every column. tests/test_docs.py fails when a doc's table differs from its rendering.
 """
 
 from __future__ import annotations
@@ -63,20 +63,32 @@ def record(path: str, command: list[str]) -> None:
         f.write(json.dumps(run) + "\n" + out.stdout)
 
 
+def _cell(value, unit: str) -> str:
+    if unit == "GiB":
+        return f"{value / 2**30:.2f}"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return json.dumps(value, separators=(",", ":")) if isinstance(value, dict | list) else str(value)
+
+
 def render(path: str, columns: list[str], prefix: str = "", doc: str = "README.md") -> str:
     """The provenance line (linked from `doc`) and the markdown table of `path`'s rows."""
     lines = [json.loads(line) for line in open(os.path.join(ROOT, path)) if line.strip()]
-    run, rows = lines[0], [r for r in lines[1:] if all(c in r for c in columns) and r["name"].startswith(prefix)]
-    changes = f", with uncommitted changes to {', '.join(run['code_changes'])}" if run["code_changes"] else ""
-    link = f"[{os.path.basename(path)}]({os.path.relpath(path, os.path.dirname(doc))})"
-    source = (
-        f"Raw output: {link} (`{run['command']}`; commit {run['commit']}{changes}; {run['date']}; "
-        f"{run['machine']}, {run['cpus']} CPUs, load average {run['load_before']} before, "
-        f"{run['load_after']} after; {run['wall_s']} s).\n\n"
-    )
-    table = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    table += ["| " + " | ".join(str(r[c]) for c in columns) + " |" for r in rows]
-    return source + "\n".join(table) + "\n"
+    run = lines[0] if lines[0].get("name") == "run" else None
+    keys = [c.partition(":") for c in columns]
+    rows = [r for r in lines if r is not run and all(k in r for k, _, _ in keys)]
+    rows = [r for r in rows if r.get("name", "").startswith(prefix)]
+    source = f"Raw output: [{os.path.basename(path)}]({os.path.relpath(path, os.path.dirname(doc))})"
+    if run:
+        changes = f", with uncommitted changes to {', '.join(run['code_changes'])}" if run["code_changes"] else ""
+        source += (
+            f" (`{run['command']}`; commit {run['commit']}{changes}; {run['date']}; {run['machine']}, "
+            f"{run['cpus']} CPUs, load average {run['load_before']} before, {run['load_after']} after; "
+            f"{run['wall_s']} s)"
+        )
+    table = ["| " + " | ".join(f"{k} ({u})" if u else k for k, _, u in keys) + " |", "|" + "---|" * len(keys)]
+    table += ["| " + " | ".join(_cell(r[k], u) for k, _, u in keys) + " |" for r in rows]
+    return source + ".\n\n" + "\n".join(table) + "\n"
 
 
 def rendered(text: str, doc: str) -> str:
