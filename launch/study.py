@@ -8,8 +8,12 @@ then each arm runs over the seeds (so a study stopped part-way holds whole arms)
 of its seed's warm start resumed with the arm's overrides (DIR/ARM/seed_S, its log beside it as
 seed_S.log). `--config.key=value` flags go to every run. Runs execute one at a time as
 subprocesses; the study is resumable: a finished run is kept, an interrupted one resumed. At the
-end DIR/study.{md,csv,json} hold the arms' means over seeds and the paired tests
-(t2t_jax/evaluation/study.py).
+end DIR/study.{md,csv,json,png} hold, for every comparison (each arm against its warm start and
+against the reference), the primary test across training runs (the seeds' per-run differences on
+the same boards: paired t, exact sign-flip, hierarchical bootstrap interval, and the runs needed
+for 80% power at each of `--effects` points), then the arms' means over seeds and the
+board-pooled paired tests, labelled as evaluation noise given the runs
+(t2t_jax/evaluation/study.py, t2t_jax/evaluation/run_stats.py).
 
     python -m launch.study --merge=runs/study_s0,runs/study_s1 --workdir=runs/study_s01
 
@@ -37,7 +41,21 @@ _WORKDIR = flags.DEFINE_string("workdir", "runs/study", "The study's directory."
 _REFERENCE = flags.DEFINE_string("reference", "", "The arm the others are compared with (default: the first).")
 _DRY = flags.DEFINE_bool("dry_run", False, "Print the runs' commands and stop.")
 _MERGE = flags.DEFINE_list("merge", [], "Study directories to report over together; runs nothing.")
+_EFFECTS = flags.DEFINE_list(
+    "effects", ["1", "2", "5"], "Differences (points, in (0, 100]) for which the report gives the runs needed."
+)
 cli.int_list("seeds", 0, 2**32 - 1)
+
+
+def _effects_ok(values) -> bool:
+    """Whether every --effects item is a number of points in (0, 100]."""
+    try:
+        return bool(values) and all(0 < float(v) <= 100 for v in values)
+    except ValueError:
+        return False
+
+
+flags.register_validator("effects", _effects_ok, message="--effects: give comma-separated points in (0, 100]")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -76,7 +94,8 @@ def report(root: str, results: dict, reference: str) -> None:
 
     command = "python -m launch.study " + " ".join(a for a in sys.argv[1:])
     os.makedirs(root, exist_ok=True)
-    paths = study.write_study(root, study.summarize(results, reference), command)
+    effects = tuple(float(v) / 100 for v in _EFFECTS.value)
+    paths = study.write_study(root, study.summarize(results, reference, effects), command)
     print(open(paths["md"]).read())
     print(json.dumps(paths))
 

@@ -1,6 +1,7 @@
 """launch.study: arms from the command line, the summary's statistics, the report, and (slow) a
 whole study of the smoke config resumed after an interruption."""
 
+import csv
 import json
 import os
 import subprocess
@@ -9,6 +10,7 @@ import sys
 import numpy as np
 import pytest
 from PIL import Image
+from scipy.stats import ttest_1samp
 
 from t2t_jax.evaluation import study
 
@@ -68,16 +70,42 @@ def test_summary_pairs_arms_on_the_same_boards(tmp_path):
     lo, hi = g["monitor_avg_valid"]["ci95"]
     assert lo <= g["monitor_avg_valid"]["mean"] <= hi and g["monitor_avg_valid"]["seeds"] == 3
     assert c["vs_reference"]["pooled"]["monitor"]["diff"] < 0 and set(c["vs_reference"]["per_seed"]) == {"0", "1", "2"}
+    # The primary test is across the 3 runs: per seed the mean over its boards, then a paired t.
+    runs = c["vs_reference"]["runs"]["monitor"]
+    per_seed = [
+        np.mean(results["shuffle"][s][-1]["monitor"]["board_valid_counts"]) / 4
+        - np.mean(results["grpo"][s][-1]["monitor"]["board_valid_counts"]) / 4
+        for s in (0, 1, 2)
+    ]
+    assert runs["runs"] == 3 and np.allclose(runs["per_run"], per_seed, atol=1e-6)
+    assert runs["p_value"] == pytest.approx(ttest_1samp(per_seed, 0).pvalue, abs=1e-4)
+    assert runs["p_exact_min"] == 0.25 and runs["p_exact"] >= 0.25 and runs["power"]["exact_min_runs"] == 6
+    assert runs["p_holm"] >= runs["p_value"]  # adjusted over the study's 2 x 2 + 2 run-level tests
+    assert g["runs_vs_warm"]["monitor"]["diff"] == pytest.approx(g["monitor_gain"]["mean"], abs=1e-4)
+    assert list(c["vs_reference"]) == ["runs", "pooled", "per_seed"] and summary["tests"]["runs"]["role"].startswith(
+        "primary"
+    )
     paths = study.write_study(str(tmp_path), summary, "python -m launch.study ...")
     md = open(paths["md"]).read()
     assert "| grpo |" in md and "| shuffle |" in md and "## Significant at p < 0.01" in md
+    assert md.index("## Across runs (primary)") < md.index("## Evaluation noise given the runs (secondary)")
+    assert "`shuffle` vs grpo, monitor:" in md and "### Power" in md and "exact sign-flip test cannot reach" in md
+    assert "6 run-level tests at p < 0.05" in md and "10 distinct resamples" in md
     assert "`grpo`: monitor vs warm start" in md and "`shuffle`: monitor vs grpo" in md
-    assert len(open(paths["csv"]).read().splitlines()) == 1 + 6
+    rows = list(csv.DictReader(open(paths["csv"])))
+    assert len(rows) == 6 and rows[0]["monitor_diff_vs_reference"] == ""
+    assert float(rows[3]["monitor_diff_vs_reference"]) == pytest.approx(per_seed[0], abs=1e-6)
     assert json.load(open(paths["json"]))["command"] == "python -m launch.study ..."
-    panels = dict(study.forest_panels(summary))
-    assert [r[0] for r in panels["monitor vs grpo"]] == ["shuffle"] and len(
-        panels["benchmark greedy valid vs warm start"]
-    ) == 2
+    panels = {title: (rows, alpha) for title, rows, alpha in study.forest_panels(summary)}
+    assert list(panels)[0] == "across 3 runs: monitor avg@4 valid vs warm start" and panels[
+        "across 3 runs: monitor avg@4 valid vs grpo"
+    ][1] == pytest.approx(0.05)
+    assert [r[0] for r in panels["eval noise, pooled boards: monitor avg@4 valid vs grpo"][0]] == ["shuffle"]
+    assert len(panels["eval noise, pooled boards: benchmark greedy valid vs warm start"][0]) == 2
+    one = study.summarize({a: {0: r[0]} for a, r in results.items()}, "grpo")  # one run: no test across runs
+    assert one["arms"]["shuffle"]["vs_reference"]["runs"]["monitor"]["p_value"] is None
+    assert all(not t.startswith("across") for t, _, _ in study.forest_panels(one))
+    assert "no test across runs is possible" in study.study_markdown(one)
     assert Image.open(paths["png"]).size[0] > 0
     with pytest.raises(ValueError, match="--reference: 'control'"):
         study.summarize(results, "control")

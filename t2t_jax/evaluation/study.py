@@ -2,15 +2,29 @@
 
     arms = parse_arms("grpo,shuffle,fixed,lr3e-4:optim.learning_rate=3e-4+grpo.steps=32")
     summary = summarize(results, reference="grpo")   # results[arm][seed] = a run's results.json
-    write_study(directory, summary)                  # study.md, study.csv, study.json
+    write_study(directory, summary)                  # study.md, study.csv, study.json, study.png
     results = collect(["runs/study_s0", "runs/study_s1"])  # finished studies' runs, merged
 
 Every arm of one seed starts from the same warm start (launch/study.py runs it once and copies
-it), so the arms of a seed are compared on the same boards with paired tests: the monitor's
-avg@k by a paired permutation test (`benchmark.paired_sampled_change`), the benchmark's greedy
-valid rate by the exact McNemar test (`benchmark.paired_change`), per seed and pooled over the
-seeds (the (seed, board) pairs of all seeds in one test). Across seeds, each figure is the mean
-with a 95% t-interval over the seeds (wide with three: t = 4.30).
+it), so the arms of a seed are one training run each, scored on the same boards. Two kinds of
+test, named in the summary's "tests":
+
+- across runs (PRIMARY, `runs_vs_warm`, `vs_reference.runs`; run_stats.paired_runs): each seed
+  gives one difference per comparison, the mean over its boards of (arm - reference); the n
+  differences get a paired t-test (also Holm-adjusted over all the study's run-level tests), an
+  exact sign-flip permutation test and a hierarchical bootstrap interval, with the power of the
+  design (runs needed for 80% power at 1, 2, 5 points,
+  and the smallest difference the current runs detect). This is the test of a training effect.
+- evaluation noise given the runs (secondary, `monitor_vs_warm`, `benchmark_vs_warm`,
+  `vs_reference.pooled`, and per seed): the monitor's avg@k by a paired permutation test over
+  boards (`benchmark.paired_sampled_change`), the benchmark's greedy valid rate by the exact
+  McNemar test (`benchmark.paired_change`), per seed and pooled over the (seed, board) pairs of
+  all seeds. Boards are the replicates here, so these say whether these trained models differ on
+  these boards, not whether new training runs would: for a training claim they are
+  pseudo-replicated.
+
+Across seeds, each level is the mean with a 95% t-interval over the seeds (wide with three:
+t = 4.30).
 """
 
 from __future__ import annotations
@@ -19,11 +33,38 @@ import csv
 import io as _io
 import json
 import os
+from math import comb
 
 import numpy as np
 
 from t2t_jax.env import io
-from t2t_jax.evaluation import benchmark
+from t2t_jax.evaluation import benchmark, run_stats
+
+# What each test of the summary is, written into study.json ("tests").
+TESTS = {
+    "runs": {
+        "role": "primary: inference over independent training runs (one per seed)",
+        "fields": ["arms.ARM.runs_vs_warm", "arms.ARM.vs_reference.runs"],
+        "what": "per run the mean over its boards of (arm - reference) on the same boards; across the runs a "
+        "paired t-test (p_value, ci95; p_holm: Holm-adjusted over every run-level test of the study), an exact "
+        "sign-flip permutation test (p_exact; all 2^n patterns for n <= 16, else Monte Carlo) and a "
+        "hierarchical bootstrap 95% interval (bootstrap_ci95: runs, then boards within runs); power: from the "
+        "SD of the per-run differences, the runs needed for 80% power "
+        "at alpha 0.05 (paired t, noncentral t) and the smallest difference the current runs detect",
+    },
+    "pooled": {
+        "role": "secondary: evaluation noise given the runs",
+        "fields": ["arms.ARM.monitor_vs_warm", "arms.ARM.benchmark_vs_warm", "arms.ARM.vs_reference.pooled"],
+        "what": "paired tests over the (seed, board) pairs of all seeds (monitor: paired permutation; benchmark: "
+        "exact McNemar); boards are the replicates, so they measure evaluation noise around these training "
+        "runs, not the spread between training runs",
+    },
+    "per_seed": {
+        "role": "secondary: evaluation noise of one run",
+        "fields": ["arms.ARM.per_seed.S", "arms.ARM.vs_reference.per_seed.S"],
+        "what": "the same board-level tests within one seed",
+    },
+}
 
 # Named arms: the stage-loop config overrides each stands for.
 ARMS = {
@@ -154,9 +195,32 @@ def _pooled(entries_a: list[dict], entries_b: list[dict]) -> dict:
     return out
 
 
-def summarize(results: dict, reference: str) -> dict:
+def _board_diffs(entries_a: list[dict], entries_b: list[dict]) -> dict[str, list[np.ndarray]]:
+    """Per run (seed) the per-board differences b - a on the same boards: {"monitor": n arrays (m,)
+    of avg@k valid (when every entry has the monitor), "benchmark": n arrays (m,) of greedy valid}."""
+    out = {}
+    if all("monitor" in e for e in entries_a + entries_b):
+        out["monitor"] = [
+            (np.asarray(b["monitor"]["board_valid_counts"]) - np.asarray(a["monitor"]["board_valid_counts"]))
+            / b["monitor"]["k"]
+            for a, b in zip(entries_a, entries_b)
+        ]
+    out["benchmark"] = [
+        np.array([int(y) - int(x) for x, y in zip(a["board_valid"], b["board_valid"])], np.float64)
+        for a, b in zip(entries_a, entries_b)
+    ]
+    return out
+
+
+def _runs(entries_a: list[dict], entries_b: list[dict], effects) -> dict:
+    """The run-level tests (run_stats.paired_runs) of b - a, one run per entry, per metric."""
+    return {m: run_stats.paired_runs(d, effects) for m, d in _board_diffs(entries_a, entries_b).items()}
+
+
+def summarize(results: dict, reference: str, effects=run_stats.EFFECTS) -> dict:
     """results[arm][seed] = a finished run's results (launch.main's results.json: the warm start
-    first, the last stage last) -> the study's summary (see the module docstring)."""
+    first, the last stage last) -> the study's summary (see the module docstring); `effects`
+    (fractions) are the differences of the power table."""
     if reference not in results:
         raise ValueError(f"--reference: {reference!r} is not one of the arms {sorted(results)}")
     seeds = sorted(results[reference])
@@ -169,6 +233,7 @@ def summarize(results: dict, reference: str) -> dict:
         vs_warm = _pooled(first, last)
         row = {
             "seeds": seeds,
+            "runs_vs_warm": _runs(first, last, effects),
             "per_seed": {},
             "benchmark_valid": _interval([e["valid"] for e in last]),
             "benchmark_optimal": _interval([e["optimal"] for e in last]),
@@ -197,12 +262,17 @@ def summarize(results: dict, reference: str) -> dict:
         if arm != reference:
             ref_last = [results[reference][s][-1] for s in seeds]
             row["vs_reference"] = {
+                "runs": _runs(ref_last, last, effects),
                 "pooled": _pooled(ref_last, last),
                 "per_seed": {str(s): _pooled([r], [e]) for s, r, e in zip(seeds, ref_last, last)},
             }
         arms[arm] = row
     k = next((e["monitor"]["k"] for e in (results[reference][s][-1] for s in seeds) if "monitor" in e), None)
-    return {"reference": reference, "seeds": seeds, "monitor_k": k, "arms": arms}
+    summary = {"reference": reference, "seeds": seeds, "monitor_k": k, "tests": TESTS, "arms": arms}
+    family = [t for _, _, _, t, _ in comparisons(summary) if t["p_value"] is not None]
+    for t, p in zip(family, run_stats.holm([t["p_value"] for t in family])):
+        t["p_holm"] = round(float(p), 4)  # the paired t, Holm-adjusted over every run-level test here
+    return summary
 
 
 def _fmt(i: dict, scale: float = 100.0) -> str:
@@ -213,21 +283,160 @@ def _test(d: dict) -> str:
     return f"{100 * d['diff']:+.2f} [{100 * d['ci95'][0]:+.2f}, {100 * d['ci95'][1]:+.2f}], p = {d['p_value']:.4f}"
 
 
+def _pts(x: float) -> str:
+    return f"{100 * x:+.2f}"
+
+
+def _span(ci) -> str:
+    return f"[{_pts(ci[0])}, {_pts(ci[1])}]" if ci else "–"
+
+
+def comparisons(summary: dict) -> list[tuple[str, str, str, dict, dict | None]]:
+    """Every comparison of the study, run-level test first: (arm, against ("warm start" or the
+    reference), metric ("monitor" or "benchmark"), the run-level test (run_stats.paired_runs), the
+    board-pooled test or None); each arm against its warm start, then each other arm against the
+    reference."""
+    ref, arms = summary["reference"], summary["arms"]
+    out = []
+    for arm, r in arms.items():
+        for metric, runs in r["runs_vs_warm"].items():
+            out.append((arm, "warm start", metric, runs, r.get(f"{metric}_vs_warm")))
+    for arm, r in arms.items():
+        if "vs_reference" in r:
+            v = r["vs_reference"]
+            for metric, runs in v["runs"].items():
+                out.append((arm, ref, metric, runs, v["pooled"].get(metric)))
+    return out
+
+
+def _verdict(arm: str, against: str, metric: str, t: dict) -> str:
+    """One plain sentence on a run-level test: significant or not, and what a null rules out."""
+    n, pw = t["runs"], t["power"]
+    head = (
+        f"- `{arm}` vs {against}, {metric}: {_pts(t['diff'])} points (per run "
+        f"{', '.join(_pts(x) for x in t['per_run'])}), paired t p = {t['p_value']:.4f}, exact sign-flip "
+        f"p = {t['p_exact']:.4f}, 95% t-interval {_span(t['ci95'])}, bootstrap {_span(t['bootstrap_ci95'])}"
+    )
+    if t["p_value"] < run_stats.ALPHA:
+        caveats = [] if t["p_holm"] < run_stats.ALPHA else [f"not after Holm's correction (p = {t['p_holm']:.4f})"]
+        if t["p_exact"] >= run_stats.ALPHA:
+            caveats.append("not by the exact test")
+        return (
+            head + ": **significant across runs** by the paired t" + (f", {' and '.join(caveats)}." if caveats else ".")
+        )
+    if "minimal_effect" not in pw:
+        return head + ": not significant (the runs gave identical differences)."
+    observed = pw["runs_for_observed"]
+    return (
+        head + f": **not significant**. With {n} runs and a run-to-run SD of {100 * pw['sd']:.2f} points only "
+        f"differences of {100 * pw['minimal_effect']:.2f} points or more are detected with 80% power: the null "
+        "says nothing about smaller ones."
+        + (f" A true difference of the observed size needs {observed} runs." if observed else "")
+    )
+
+
 def study_markdown(summary: dict, command: str = "") -> str:
-    """The study as a Markdown report: per arm the means over seeds, the paired tests against
-    the warm start and against the reference arm, and a plain list of what is significant."""
-    ref, k, arms = summary["reference"], summary["monitor_k"], summary["arms"]
+    """The study as a Markdown report: the run-level tests of every comparison (primary) with the
+    study's power and a plain verdict on each; the means over seeds; the board-pooled and per-seed
+    tests (evaluation noise given the runs); the list of what the pooled tests call significant."""
+    ref, k, arms, seeds = summary["reference"], summary["monitor_k"], summary["arms"], summary["seeds"]
+    n = len(seeds)
+    every = comparisons(summary)
     lines = ["# Study", ""]
     if command:
         lines += ["```", command, "```", ""]
     lines += [
-        f"Seeds {summary['seeds']}; reference arm `{ref}`. Figures in %: mean over seeds [95% t-interval "
-        "over seeds]; paired differences [95% interval over boards], p from the paired test "
-        f"(monitor: avg@{k} valid, paired permutation; benchmark: greedy valid, exact McNemar), pooled "
-        "over the (seed, board) pairs of all seeds.",
+        f"Seeds {seeds}: {n} independent training run{'s' if n > 1 else ''} per arm (the arms of a seed share "
+        f"its warm start and are scored on the same boards); reference arm `{ref}`; monitor: avg@{k} valid; "
+        "benchmark: greedy valid. Figures in points (%).",
         "",
-        f"| arm | monitor avg@{k} valid | monitor gain vs warm start | paired vs warm start (monitor) | "
-        "benchmark valid | paired vs warm start (benchmark) |",
+        "**Which test is which.** The primary test of every comparison is across training runs: each run "
+        "(seed) gives one difference, the mean over its boards of (arm - reference), and the n differences "
+        "get a paired t-test (p, 95% t-interval), an exact sign-flip permutation test (every sign pattern "
+        "of the n runs) and a hierarchical bootstrap 95% interval (runs resampled, then boards within each "
+        "run). The board-pooled tests further down treat the (seed, board) pairs as replicates: they measure "
+        "**evaluation noise given the runs** (would these trained models differ again on new boards?), not "
+        "whether new training runs would reproduce the difference, and are secondary.",
+        "",
+        "## Across runs (primary)",
+        "",
+    ]
+    if n < 2:
+        lines += ["One run per arm: no test across runs is possible; every test below is evaluation noise.", ""]
+    lines += [
+        "| arm | vs | metric | per-run differences | mean | 95% t-interval | p (paired t) | p (t, Holm) | "
+        "p (exact sign-flip) | hierarchical bootstrap 95% |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for arm, against, metric, t, _ in every:
+        tests = (
+            [
+                _span(t["ci95"]),
+                f"{t['p_value']:.4f}",
+                f"{t['p_holm']:.4f}",
+                f"{t['p_exact']:.4f}",
+                _span(t["bootstrap_ci95"]),
+            ]
+            if t["p_value"] is not None
+            else ["–"] * 5
+        )
+        cells = [arm, against, metric, ", ".join(_pts(x) for x in t["per_run"]), _pts(t["diff"]), *tests]
+        lines.append("| " + " | ".join(cells) + " |")
+    if n >= 2:
+        first = every[0][3]
+        effects = [e["effect"] for e in first["power"].get("runs_needed", [])] or list(run_stats.EFFECTS)
+        lines += ["", "### What the runs show", ""]
+        lines += [_verdict(arm, against, metric, t) for arm, against, metric, t, _ in every]
+        tested = sum(t["p_value"] is not None for _, _, _, t, _ in every)
+        lines.append(
+            f"- {tested} run-level tests at p < {run_stats.ALPHA}: if no arm differed, about "
+            f"{tested * run_stats.ALPHA:.1f} would be significant by chance (Holm's correction keeps that to 5% "
+            "for the whole family)."
+        )
+        lines.append(
+            f"- The hierarchical bootstrap interval understates the spread with few runs: it treats the {n} runs as "
+            f"the whole population of runs (its between-run variance is (n-1)/n of the sample's, {n} runs have "
+            f"{comb(2 * n - 1, n)} distinct resamples); the t-interval is the one to read."
+        )
+        exact_min = first["power"]["exact_min_runs"]
+        if n < exact_min:
+            lines += [
+                f"- With {n} runs the exact sign-flip test cannot reach p < {run_stats.ALPHA} (its smallest p is "
+                f"2/2^{n} = {first['p_exact_min']:.4f}; it needs {exact_min} runs), and the t-test's p rests on the "
+                f"per-run differences being normal, which {n} runs cannot check.",
+            ]
+        lines += [
+            "",
+            "### Power",
+            "",
+            f"From the SD of each comparison's per-run differences: the runs a paired t-test needs for 80% "
+            f"power at alpha {run_stats.ALPHA} (noncentral t), and the smallest true difference the current "
+            f"{n} runs detect with 80% power. The SD has {n - 1} degree{'s' if n > 2 else ''} of freedom; at its "
+            "one-sided 95% upper bound (in brackets) every figure is worse.",
+            "",
+            "| arm | vs | metric | SD over runs [95% upper] | runs for 80% power at "
+            + " / ".join(f"{100 * e:g}" for e in effects)
+            + f" points | runs for the observed difference | detectable with {n} runs |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for arm, against, metric, t, _ in every:
+            pw = t["power"]
+            if "sd" not in pw:
+                lines.append(f"| {arm} | {against} | {metric} | 0 (identical runs) | – | – | – |")
+                continue
+            need = " / ".join(str(x["runs"]) if x["runs"] else ">10^6" for x in pw["runs_needed"])
+            lines.append(
+                f"| {arm} | {against} | {metric} | {100 * pw['sd']:.2f} [{100 * pw['sd_upper95']:.2f}] | {need} | "
+                f"{pw['runs_for_observed'] or '–'} | {100 * pw['minimal_effect']:.2f} |"
+            )
+    lines += [
+        "",
+        "## Levels (means over seeds)",
+        "",
+        "Mean over seeds [95% t-interval over seeds]; the pooled paired column is evaluation noise given the runs.",
+        "",
+        f"| arm | monitor avg@{k} valid | monitor gain vs warm start | pooled boards vs warm start (monitor) | "
+        "benchmark valid | pooled boards vs warm start (benchmark) |",
         "|---|---|---|---|---|---|",
     ]
     for arm, r in arms.items():
@@ -241,9 +450,16 @@ def study_markdown(summary: dict, command: str = "") -> str:
         )
     lines += [
         "",
-        f"Against the reference arm `{ref}` (other minus reference), pooled over seeds, then per seed:",
+        "## Evaluation noise given the runs (secondary): board-pooled and per-seed paired tests",
         "",
-        "| arm | monitor (pooled) | benchmark (pooled) | monitor per seed | benchmark per seed |",
+        "Paired differences [95% interval over boards], p from the paired test over boards (monitor: "
+        "paired permutation; benchmark: exact McNemar), pooled over the (seed, board) pairs of all seeds, then "
+        "per seed. Boards are the replicates: these say whether these trained models differ on these boards, "
+        "not whether new training runs would.",
+        "",
+        f"Against the reference arm `{ref}` (other minus reference):",
+        "",
+        "| arm | monitor (pooled boards) | benchmark (pooled boards) | monitor per seed | benchmark per seed |",
         "|---|---|---|---|---|",
     ]
     for arm, r in arms.items():
@@ -258,7 +474,7 @@ def study_markdown(summary: dict, command: str = "") -> str:
         )
     lines += [
         "",
-        "Per seed (warm start -> end, %):",
+        "Per seed (warm start -> end, %; p over the seed's boards):",
         "",
         "| arm | seed | monitor | monitor p | benchmark | benchmark p |",
         "|---|---|---|---|---|---|",
@@ -275,50 +491,57 @@ def study_markdown(summary: dict, command: str = "") -> str:
                 f"| {arm} | {s} | {mon[0]} | {mon[1]} | {100 * x['warm_valid']:.2f} -> "
                 f"{100 * x['valid']:.2f} | {bench_p} |"
             )
-    lines += ["", "## Significant at p < 0.01 (pooled paired tests)", ""]
-    found = []
-    for arm, r in arms.items():
-        tests = [
-            ("monitor vs warm start", r.get("monitor_vs_warm")),
-            ("benchmark vs warm start", r["benchmark_vs_warm"]),
-        ]
-        if "vs_reference" in r:
-            tests += [
-                (f"monitor vs {ref}", r["vs_reference"]["pooled"].get("monitor")),
-                (f"benchmark vs {ref}", r["vs_reference"]["pooled"]["benchmark"]),
-            ]
-        found += [f"- `{arm}`: {name} {_test(d)}" for name, d in tests if d and d["p_value"] < 0.01]
+    lines += [
+        "",
+        "## Significant at p < 0.01 (pooled paired tests: evaluation noise given the runs)",
+        "",
+        "Not evidence across training runs: for that, the run-level tests above.",
+        "",
+    ]
+    found = [
+        f"- `{arm}`: {metric} vs {against} {_test(d)}"
+        for arm, against, metric, _, d in every
+        if d and d["p_value"] < 0.01
+    ]
     lines += found or ["- nothing"]
     return "\n".join(lines) + "\n"
 
 
-def forest_panels(summary: dict) -> list[tuple[str, list[tuple]]]:
-    """The pooled paired tests as forest-plot panels (t2t_jax/render/forest.py): each arm against
-    the warm start, then each other arm against the reference, monitor and benchmark."""
-
-    def row(arm, d):
-        return (arm, d["diff"], d["ci95"][0], d["ci95"][1], d["p_value"])
-
-    ref, arms, k = summary["reference"], summary["arms"], summary["monitor_k"]
-    panels = [
-        (
-            f"monitor avg@{k} valid vs warm start",
-            [row(a, r["monitor_vs_warm"]) for a, r in arms.items() if "monitor_vs_warm" in r],
-        ),
-        ("benchmark greedy valid vs warm start", [row(a, r["benchmark_vs_warm"]) for a, r in arms.items()]),
-    ]
-    others = {a: r["vs_reference"]["pooled"] for a, r in arms.items() if "vs_reference" in r}
-    if others:
-        panels += [
-            (f"monitor vs {ref}", [row(a, v["monitor"]) for a, v in others.items() if "monitor" in v]),
-            (f"benchmark vs {ref}", [row(a, v["benchmark"]) for a, v in others.items()]),
-        ]
-    return [p for p in panels if p[1]]
+def forest_panels(summary: dict) -> list[tuple[str, list[tuple], float]]:
+    """Forest-plot panels (t2t_jax/render/forest.py), (title, rows, alpha): first the run-level
+    tests (mean of the per-run differences, 95% t-interval over runs, paired t p, dark at p < 0.05;
+    the exact sign-flip p in the note), then the board-pooled tests (evaluation noise given the
+    runs, dark at p < 0.01); each arm against the warm start, then each other arm against the
+    reference, monitor and benchmark. Run-level panels are left out with one run."""
+    ref, k, n = summary["reference"], summary["monitor_k"], len(summary["seeds"])
+    names = {"monitor": f"monitor avg@{k} valid", "benchmark": "benchmark greedy valid"}
+    panels = []
+    for kind in ("runs", "pooled"):
+        for against in ("warm start", ref):
+            for metric in ("monitor", "benchmark"):
+                rows = []
+                for arm, vs, m, t, pooled in comparisons(summary):
+                    if (vs, m) != (against, metric):
+                        continue
+                    if kind == "runs" and t["p_value"] is not None:
+                        note = f"{_pts(t['diff'])}  t p={t['p_value']:.3f}  exact p={t['p_exact']:.2f}"
+                        rows.append((arm, t["diff"], *t["ci95"], t["p_value"], note))
+                    elif kind == "pooled" and pooled:
+                        rows.append((arm, pooled["diff"], *pooled["ci95"], pooled["p_value"]))
+                title = (
+                    f"across {n} runs: {names[metric]} vs {against}"
+                    if kind == "runs"
+                    else f"eval noise, pooled boards: {names[metric]} vs {against}"
+                )
+                if rows:
+                    panels.append((title, rows, run_stats.ALPHA if kind == "runs" else 0.01))
+    return panels
 
 
 def write_study(directory: str, summary: dict, command: str = "") -> dict:
-    """study.json (the summary), study.csv (arm x seed rows), study.md and study.png (the forest
-    plot of the pooled paired tests) in `directory`."""
+    """study.json (the summary), study.csv (arm x seed rows, with each run's difference from the
+    reference run of its seed), study.md and study.png (the forest plot: run-level tests first, then
+    the board-pooled ones) in `directory`."""
     from t2t_jax.render.forest import forest_plot
 
     buf = _io.StringIO()
@@ -334,10 +557,13 @@ def write_study(directory: str, summary: dict, command: str = "") -> dict:
             "benchmark_valid",
             "benchmark_optimal",
             "benchmark_p_vs_warm",
+            "monitor_diff_vs_reference",
+            "benchmark_diff_vs_reference",
         ]
     )
     for arm, r in summary["arms"].items():
-        for s, x in r["per_seed"].items():
+        runs = r.get("vs_reference", {}).get("runs", {})
+        for i, (s, x) in enumerate(r["per_seed"].items()):
             writer.writerow(
                 [
                     arm,
@@ -349,13 +575,17 @@ def write_study(directory: str, summary: dict, command: str = "") -> dict:
                     x["valid"],
                     x["optimal"],
                     (x.get("vs_warm") or {}).get("p_value", ""),
+                    *(runs[m]["per_run"][i] if m in runs else "" for m in ("monitor", "benchmark")),
                 ]
             )
     paths = {ext: os.path.join(directory, f"study.{ext}") for ext in ("json", "csv", "md")}
     io.write_atomic(paths["json"], json.dumps({"command": command, **summary}, indent=1))
     io.write_atomic(paths["csv"], buf.getvalue())
     io.write_atomic(paths["md"], study_markdown(summary, command))
-    title = f"Paired differences, pooled over seeds {summary['seeds']} (dark: p < 0.01)"
+    title = (
+        f"Seeds {summary['seeds']}. Across runs (primary): mean of per-run differences, 95% t-interval, "
+        "dark p < 0.05. Pooled boards (evaluation noise given the runs): dark p < 0.01."
+    )
     paths["png"] = os.path.join(directory, "study.png")
     io.write_png(paths["png"], forest_plot(forest_panels(summary), title=title))
     return paths
