@@ -8,6 +8,9 @@ measures transfer), the engineer editing the other axes between stages.
     python -m launch.main --config=configs/qwen3_4b.py --config.distributed.enabled=True ...
     # the rehearsal: every code path of this config with the tiny model, on CPU in minutes
     python -m launch.main --config=configs/qwen3_4b.py:rehearsal --workdir=/tmp/rehearsal
+    # the paper's "GRPO (random)" row, in both readings (docs/evaluation.md); ',' joins arguments
+    python -m launch.main --config=configs/qwen3_4b.py:grpo_random ...   # a random environment per stage
+    python -m launch.main --config=configs/qwen3_4b.py:grpo_broad ...    # one fixed broad environment
 
 No SFT (a pretrained model already answers in the format). Full benchmark sets (150 boards per
 cell) at the first and last points. Memory and time per chip of this config's compiled steps:
@@ -17,6 +20,11 @@ cell) at the first and last points. Memory and time per chip of this config's co
 import json
 
 from t2t_jax.config.defaults import base
+
+# Every environment the engineer may propose within agent_range (2, 2): all sizes, all densities.
+BROAD = {"size": [3, 10], "agents": 2, "hole_density": [0.0, 0.5], "min_distance": 1, "weight": 1.0}
+# grpo_random: a random mixture per stage, as engineer.kind=random draws it; grpo_broad: BROAD every stage.
+BASELINES = ("grpo_random", "grpo_broad")
 
 
 def get_config(arg: str = ""):
@@ -57,8 +65,22 @@ def get_config(arg: str = ""):
     # cached forward holds every row's keys/values for the layer scan.
     c.train.update(micro_batches=8, logprob_chunk=512, share_prompts=False)
     c.engineer.update(agent_range=(2, 2), failure_cases=8)
-    c.eval.update(per_cell=None, mid_per_cell=30, heldout=256, batch_size=64)
-    if arg == "rehearsal":  # every code path above, with the tiny model (tests/test_rehearsal.py)
+    # The table's decoding: Qwen3's thinking-mode settings (temperature 0.6, top-p 0.95, top-k 20), as its
+    # model card advises against greedy decoding with thinking on; the paper does not state its
+    # own. One seeded sample per board; every results file records it (docs/evaluation.md).
+    c.eval.update(per_cell=None, mid_per_cell=30, heldout=256, batch_size=64, decoding="qwen3_thinking")
+    args = [a for a in arg.split(",") if a]
+    for a in args:
+        if a not in ("rehearsal", *BASELINES):
+            raise ValueError(f"configs/qwen3_4b.py: unknown argument {a!r} (known: rehearsal, {', '.join(BASELINES)})")
+    if "grpo_random" in args and "grpo_broad" in args:
+        raise ValueError("configs/qwen3_4b.py: grpo_random and grpo_broad are two baselines; give one")
+    if "grpo_random" in args:
+        c.engineer.kind = "random"
+    if "grpo_broad" in args:
+        c.engineer.kind = "fixed"
+        c.env.initial = json.dumps({"max_size": 10, "max_agents": 5, "buckets": [BROAD]})
+    if "rehearsal" in args:  # every code path above, with the tiny model (tests/test_rehearsal.py)
         c.model.update(preset="tiny", checkpoint="", tokenizer="", attn_chunk=16)  # the embedded tokenizer
         c.rollout.update(max_new_tokens=24, slots=8, chunk=8, kv="paged", page_size=8)
         c.grpo.update(steps=2, prompts=4, group_size=4)
@@ -70,6 +92,4 @@ def get_config(arg: str = ""):
         )
         c.checkpoint.update(every=1)
         c.logging.update(text_every=1)
-    elif arg:
-        raise ValueError(f"configs/qwen3_4b.py: unknown argument {arg!r} (known: rehearsal)")
     return c

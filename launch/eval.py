@@ -7,13 +7,16 @@ Writes, in --out (default: the run's workdir, or ./eval_<name>): results_table.{
 (3/4/5 agents, acc./opt. per map size, Sum = mean over sizes, the paper's reported rows beside
 ours, mean completion tokens per cell; then the out-of-distribution sets of --ood, at most
 --per_cell of their 50 boards per cell; the JSON also holds `board_valid`, one 0/1 per board)
-and heatmap.png. Through an API, replies are cached under --out/api_cache, so an interrupted
-evaluation reruns without repeating a finished request; failed requests (after --retries)
-score as unparsable answers and are counted in the tables' usage line.
+and heatmap.png; each records its decoding (--decoding: greedy, the default; qwen3_thinking; or
+sampled at --temperature / --top_p / --top_k). Through an API, replies are cached under
+--out/api_cache, so an interrupted evaluation reruns without repeating a finished request;
+failed requests (after --retries) score as unparsable answers and are counted in the tables'
+usage line.
 
     python -m launch.eval --run=runs/default --per_cell=30
     python -m launch.eval --run=runs/default --per_cell=30 --samples=8 --temperature=0.7   # + avg@8, pass@8
-    python -m launch.eval --hf=/ckpt/Qwen3-4B --enable_thinking --max_new_tokens=8192 --out=eval_base
+    python -m launch.eval --hf=/ckpt/Qwen3-4B --enable_thinking --max_new_tokens=8192 --out=eval_base \
+        --decoding=qwen3_thinking        # the table sampled at Qwen3's thinking settings (0.6, 0.95, 20)
     python -m launch.eval --api_base=http://127.0.0.1:8000/v1 --model=Qwen/Qwen3-4B --enable_thinking \
         --max_new_tokens=8192 --concurrency=32 --api_key_env=OPENAI_API_KEY
 """
@@ -24,6 +27,7 @@ import os
 from absl import app, flags, logging
 
 from t2t_jax import cli
+from t2t_jax.cli import check_out
 from t2t_jax.errors import UserError
 
 _RUN = flags.DEFINE_string("run", "", "A launch.main workdir (its config.json and latest checkpoint).")
@@ -58,9 +62,19 @@ _TEMPERATURE = flags.DEFINE_float(
     "temperature", 1.0, "Sampling temperature of --samples (> 0).", lower_bound=0.0, upper_bound=100.0
 )
 _TOP_P = flags.DEFINE_float("top_p", 1.0, "Nucleus of --samples, in (0, 1] (checked in main).")
+_TOP_K = flags.DEFINE_integer(
+    "top_k", 0, "The k most likely tokens of --samples (0: all).", lower_bound=0, upper_bound=1_000_000
+)
+_DECODING = flags.DEFINE_string(
+    "decoding",
+    "greedy",
+    "The table's decoding: greedy, qwen3_thinking (Qwen3's thinking-mode settings: temperature 0.6, top-p 0.95, "
+    "top-k 20, for the table and --samples) or sampled (one completion per board at --temperature / --top_p / "
+    "--top_k); seeded by --seed.",
+)
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the --samples draws.", lower_bound=0, upper_bound=2**32 - 1)
 _OOD = flags.DEFINE_string(
-    "ood", "ood_6_agents,ood_dense", "Out-of-distribution sets scored too (greedy; '' for none)."
+    "ood", "ood_6_agents,ood_dense", "Out-of-distribution sets scored too (the table's decoding; '' for none)."
 )
 
 cli.finite("timeout", "temperature", "top_p")
@@ -160,17 +174,6 @@ def check_run(run: str) -> None:
         )
 
 
-def check_out(out: str) -> None:
-    """--out (or its default), checked before any work: a directory that exists or can be made."""
-    if os.path.exists(out) and not os.path.isdir(out):
-        raise UserError(f"--out: {out} is a file; give a directory")
-    parent = os.path.abspath(out)
-    while not os.path.exists(parent):
-        parent = os.path.dirname(parent)
-    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
-        raise UserError(f"--out: {parent} is not a writable directory")
-
-
 def main(argv):
     del argv
     if sum(map(bool, (_RUN.value, _HF.value, _API_BASE.value))) != 1:
@@ -181,10 +184,25 @@ def main(argv):
         raise app.UsageError(f"--api_base: {_API_BASE.value!r} is not an http:// or https:// URL")
     if _API_KEY_ENV.value and _API_KEY_ENV.value not in os.environ:
         raise app.UsageError(f"--api_key_env: the environment variable {_API_KEY_ENV.value} is not set")
-    if _SAMPLES.value and not _TEMPERATURE.value > 0:
-        raise app.UsageError(f"--temperature {_TEMPERATURE.value} must be > 0 with --samples")
+    if (_SAMPLES.value or _DECODING.value == "sampled") and not _TEMPERATURE.value > 0:
+        raise app.UsageError(f"--temperature {_TEMPERATURE.value} must be > 0 with --samples or --decoding=sampled")
     if not 0 < _TOP_P.value <= 1:
         raise app.UsageError(f"--top_p {_TOP_P.value} must be in (0, 1]")
+    from t2t_jax.evaluation import decoding
+
+    try:
+        table = decoding.resolve(_DECODING.value, _TEMPERATURE.value, _TOP_P.value, _TOP_K.value)
+    except ValueError as e:
+        raise app.UsageError(f"--{e}") from None
+    if table["temperature"]:  # a preset fixes all three; given flags would be ignored
+        for name in ("temperature", "top_p", "top_k"):
+            if flags.FLAGS[name].present and _DECODING.value != "sampled":
+                raise app.UsageError(
+                    f"--{name}: --decoding={_DECODING.value} fixes it ({table[name]}); use --decoding=sampled"
+                )
+    # --samples draw at the table's settings where it samples, else at --temperature / --top_p / --top_k
+    given = decoding.resolve("sampled", _TEMPERATURE.value, _TOP_P.value, _TOP_K.value)
+    sampling = table if table["temperature"] else given
     logging.set_verbosity(logging.WARNING)
     from t2t_jax.evaluation import benchmark, sets
     from t2t_jax.text.prompts import PROMPT_STYLES
@@ -227,26 +245,20 @@ def main(argv):
         out, label = _OUT.value or (_RUN.value or f"eval_{name}"), _LABEL.value or name
     boards = benchmark.benchmark_boards(_PER_CELL.value)
     kw = dict(max_new_tokens=budget, batch_size=_BATCH.value, reward_weights={"valid": 1.0}, progress=True)
-    rollouts = benchmark.evaluate(policy, params, boards, **kw)
+    table_kw = benchmark.table_decoding(table, _SEED.value)
+    rollouts = benchmark.evaluate(policy, params, boards, **table_kw, **kw)
+    draws = {k: sampling[k] for k in ("temperature", "top_p", "top_k")}  # (of --samples)
     sampled = None
     if _SAMPLES.value:
+        k = _SAMPLES.value
         sampled = benchmark.evaluate(
-            policy,
-            params,
-            boards,
-            samples=_SAMPLES.value,
-            temperature=_TEMPERATURE.value,
-            top_p=_TOP_P.value,
-            seed=_SEED.value,
-            desc=f"avg@{_SAMPLES.value}",
-            **kw,
+            policy, params, boards, samples=k, seed=_SEED.value, desc=f"avg@{k}", **draws, **kw
         )
-    entry = benchmark.results_entry(
-        label, rollouts, sampled, k=_SAMPLES.value, temperature=_TEMPERATURE.value, top_p=_TOP_P.value
-    )
+    record = decoding.record(table, _SEED.value, budget, policy.enable_thinking)
+    entry = benchmark.results_entry(label, rollouts, sampled, k=_SAMPLES.value, decoding=record, **draws)
     if ood_sets:
         per_cell = min(_PER_CELL.value, 50) if _PER_CELL.value else None
-        entry["ood"] = benchmark.evaluate_ood(policy, params, ood_sets, per_cell, **kw)
+        entry["ood"] = benchmark.evaluate_ood(policy, params, ood_sets, per_cell, **table_kw, **kw)
     if _API_BASE.value:
         entry["usage"] = dict(policy.usage)
     paths = benchmark.write_tables(out, entry, label=label)
@@ -255,6 +267,7 @@ def main(argv):
         "optimal": entry["optimal"],
         "boards": entry["boards"],
         "mean_tokens": entry["mean_tokens"],
+        "decoding": entry["decoding"],
     }
     if "usage" in entry:
         summary["usage"] = entry["usage"]

@@ -54,6 +54,17 @@ EXPECTED = (
 _CONFIG_FLAGS: dict[str, str | None] = {}  # config flags defined through DEFINE_config_file: name -> default
 
 
+def check_out(out: str) -> None:
+    """--out (or its default), checked before any work: a directory that exists or can be made."""
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise UserError(f"--out: {out} is a file; give a directory")
+    parent = os.path.abspath(out)
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"--out: {parent} is not a writable directory")
+
+
 def fail(message: str, code: int = 2):
     """Print `error: message` on stderr and exit with `code`."""
     print(f"error: {message}", file=sys.stderr, flush=True)

@@ -128,6 +128,7 @@ def fields() -> dict[str, Spec]:
     from t2t_jax.engineer.context import SECTIONS
     from t2t_jax.engineer.engineer import EVIDENCE, KINDS
     from t2t_jax.engineer.propose import EDIT_MODES
+    from t2t_jax.evaluation.decoding import DECODINGS
     from t2t_jax.evaluation.sets import OOD
     from t2t_jax.models.attention import KERNELS
     from t2t_jax.models.qwen3.model import REMAT_POLICIES
@@ -240,6 +241,10 @@ def fields() -> dict[str, Spec]:
         "eval.monitor_samples": integer(1),
         "eval.ood": names(OOD),
         "eval.ood_per_cell": integer(1, 50, optional=True),
+        "eval.decoding": choice(*DECODINGS),
+        "eval.temperature": real(0.0, lo_open=True),
+        "eval.top_p": real(0.0, 1.0, lo_open=True),
+        "eval.top_k": integer(0),
         "checkpoint.every": integer(1),
         "checkpoint.keep": integer(1),
         "logging.text_every": integer(1),
@@ -299,6 +304,16 @@ def _cross_checks(v: dict) -> None:
         key = get("engineer.api_key_env")
         if key and key not in os.environ:
             raise ConfigError(f"engineer.api_key_env: the environment variable {key} is not set")
+    if "eval.decoding" in v:
+        from t2t_jax.evaluation.decoding import unused_settings
+
+        name = v["eval.decoding"]
+        unused = unused_settings(name, get("eval.temperature", 1.0), get("eval.top_p", 1.0), get("eval.top_k", 0))
+        if unused:
+            raise ConfigError(
+                f"eval.{unused[0]}: {get('eval.' + unused[0])!r} is read only with eval.decoding='sampled' "
+                f"(eval.decoding is {name!r}, which fixes it)"
+            )
     if "env.initial" in v and "engineer.agent_range" in v:
         max_agents = json.loads(v["env.initial"]).get("max_agents", 5)
         lo, hi = v["engineer.agent_range"]

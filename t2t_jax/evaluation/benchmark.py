@@ -4,12 +4,14 @@ map size for 3, 4 and 5 agents (Sum = the mean over sizes), beside the paper's r
     boards = benchmark_boards(per_cell=None)                  # all 150 per cell, or a subset
     rollouts = evaluate(policy, params, boards, max_new_tokens=512, batch_size=64)
     sampled = evaluate(policy, params, boards, ..., samples=8, temperature=0.7)  # avg@8, pass@8
-    entry = results_entry("final", rollouts, sampled)         # {"point", "valid", "optimal", "cells", ...}
+    entry = results_entry("final", rollouts, sampled, decoding=rec)  # {"point", "valid", "cells", ...}
     write_tables(workdir, entry)                              # results_table.{md,csv,json}, heatmap.png
 
-The paper's table is greedy (temperature 0), one completion per board. With `samples` = k > 0,
-k completions per board at the given temperature give avg@k (the mean over the samples) and
-pass@k (at least one of them; the unbiased estimator of Chen et al. 2021, `pass_at_k`).
+The table scores one completion per board: greedy (temperature 0) by default, or one sample per
+board at a named decoding (`decoding.py`: `qwen3_thinking` is Qwen3's advice for thinking mode;
+`evaluate(..., **table_decoding(settings, seed))`); the entry records it (`decoding`). With
+`samples` = k > 0, k completions per board at the given temperature give avg@k (the mean over the
+samples) and pass@k (at least one of them; the unbiased estimator of Chen et al. 2021, `pass_at_k`).
 Batches have a fixed size (the last one padded by repetition), so a run compiles one decode
 shape per prompt-length bucket. Two points on the same boards compare paired: `paired_change`
 (greedy, exact McNemar) and `paired_sampled_change` (avg@k, a paired permutation test).
@@ -18,6 +20,7 @@ shape per prompt-length bucket. Two points on the same boards compare paired: `p
 from __future__ import annotations
 
 import csv
+import hashlib
 import io as _io
 import json
 import os
@@ -28,10 +31,13 @@ from tqdm import tqdm
 from t2t_jax import storage
 from t2t_jax.env import io
 from t2t_jax.evaluation import sets
+from t2t_jax.evaluation.decoding import describe
 from t2t_jax.rollout import concat
 
 PAPER_TABLE = os.path.join(os.path.dirname(__file__), "data", "paper_table.json")
 AGENT_SETS = {3: "mapf_3_agents", 4: "mapf_4_agents", 5: "mapf_5_agents"}
+# entry keys results_table.json carries beside the tables (launch.table reads them)
+RECORDED = ("decoding", "cells", "board_optimal", "boards_digest", "usage")
 
 
 def paper_table() -> dict:
@@ -60,8 +66,8 @@ def benchmark_boards(per_cell: int | None = None) -> list[dict]:
 
 
 def evaluate_ood(policy, params, names, per_cell: int | None = None, **kw) -> dict:
-    """{set name: results_entry} of out-of-distribution sets, greedy, each under the policy
-    padded to the set's agent count (`evaluate`'s keyword arguments in `kw`)."""
+    """{set name: results_entry} of out-of-distribution sets, each under the policy padded to the
+    set's agent count (`evaluate`'s keyword arguments in `kw`: greedy, or `table_decoding`'s)."""
     out = {}
     for name in names:
         wide = policy.padded_to(sets.SETS[name].max_agents)
@@ -71,6 +77,14 @@ def evaluate_ood(policy, params, names, per_cell: int | None = None, **kw) -> di
     return out
 
 
+def table_header(sizes, first: str = "Model") -> list[str]:
+    """The two Markdown header lines of the paper's layout: `first`, acc. / opt. per map size, Sum."""
+    return [
+        f"| {first} | " + " | ".join(f"{s}×{s} acc. | opt." for s in sizes) + " | Sum acc. | opt. |",
+        "|---|" + "---|---|" * (len(sizes) + 1),
+    ]
+
+
 def ood_markdown(ood: dict) -> list[str]:
     """Markdown lines: one table per OOD set, our valid / optimal % per map size and their mean."""
     md = []
@@ -78,8 +92,7 @@ def ood_markdown(ood: dict) -> list[str]:
         cells = sorted(e["cells"], key=lambda c: c["size"])
         agents = sorted({c["agents"] for c in cells})
         md.append(f"\n### {name} (out of distribution: {', '.join(map(str, agents))} agents; ours only)\n")
-        md.append("| | " + " | ".join(f"{c['size']}×{c['size']} acc. | opt." for c in cells) + " | Sum acc. | opt. |")
-        md.append("|---|" + "---|---|" * (len(cells) + 1))
+        md += table_header([c["size"] for c in cells], first="")
         acc = [100 * c["valid"] for c in cells]
         opt = [100 * c["optimal"] for c in cells]
         md.append(
@@ -103,11 +116,12 @@ def evaluate(
     samples: int = 0,
     temperature: float = 1.0,
     top_p: float = 1.0,
+    top_k: int = 0,
     seed: int = 0,
     check=None,
 ):
     """Rollouts of every board in board order: greedy, one per board (`samples` = 0), or
-    `samples` = k sampled at `temperature` / `top_p` (row i * k + j: sample j of board i; about
+    `samples` = k sampled at `temperature` / `top_p` / `top_k` (row i * k + j: sample j of board i; about
     `batch_size` rows per decode call; the seed fixes the draws, so two evaluations with one
     seed share their random numbers and differ only where the policy does). `check()`, when
     given, is called before each decode call and may raise to stop early (the stage loop's SIGTERM)."""
@@ -126,12 +140,30 @@ def evaluate(
             n=n,
             max_new_tokens=max_new_tokens,
             temperature=temperature if samples else 0.0,
+            top_k=top_k if samples else 0,
             top_p=top_p if samples else 1.0,
             reward_weights=reward_weights,
             seed=seed * 1_000_003 + i,
         )
         parts.append(out.select(range(real * n)))
     return concat(parts)
+
+
+def table_decoding(settings: dict, seed: int) -> dict:
+    """`evaluate`'s keyword arguments for the table's one completion per board under `settings`
+    (`decoding.resolve`): none for greedy, else one sample per board at its settings, seeded."""
+    if not settings["temperature"]:
+        return {}
+    return dict(
+        samples=1, temperature=settings["temperature"], top_p=settings["top_p"], top_k=settings["top_k"], seed=seed
+    )
+
+
+def boards_digest(boards) -> str:
+    """A short fingerprint of a board list in order (the first 16 hex digits of a sha256 of its
+    JSON): two results files with the same digest scored the same boards."""
+    blob = json.dumps([dict(b) for b in boards], sort_keys=True, default=lambda x: np.asarray(x).tolist())
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def pass_at_k(n, c, k: int):
@@ -158,7 +190,7 @@ def sampled_stats(valid_counts, optimal_counts, k: int) -> dict:
     }
 
 
-def sampled_entry(rollouts, k: int, temperature: float, top_p: float) -> dict:
+def sampled_entry(rollouts, k: int, temperature: float, top_p: float, top_k: int = 0) -> dict:
     """k samples per board (rows i * k + j) -> avg@k / pass@k overall and per (agents, size)
     cell, with `board_valid_counts` (valid samples per board, board order) for paired tests."""
     boards = rollouts.boards[::k]
@@ -174,6 +206,7 @@ def sampled_entry(rollouts, k: int, temperature: float, top_p: float) -> dict:
         **sampled_stats(valid, optimal, k),
         "temperature": float(temperature),
         "top_p": float(top_p),
+        "top_k": int(top_k),
         "boards": len(boards),
         "cells": cells,
         "board_valid_counts": valid.astype(int).tolist(),
@@ -181,11 +214,20 @@ def sampled_entry(rollouts, k: int, temperature: float, top_p: float) -> dict:
 
 
 def results_entry(
-    point: str, rollouts, sampled=None, *, k: int = 0, temperature: float = 1.0, top_p: float = 1.0
+    point: str,
+    rollouts,
+    sampled=None,
+    *,
+    k: int = 0,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    decoding: dict | None = None,
 ) -> dict:
-    """One evaluation point: overall `valid` / `optimal` fractions, per (agents, size) cells, and
-    `board_valid`, one '0'/'1' per board in board order (for paired comparisons); with `sampled`
-    (k samples per board of the same boards, `evaluate(..., samples=k)`) also "sampled":
+    """One evaluation point: overall `valid` / `optimal` fractions, per (agents, size) cells,
+    `board_valid` and `board_optimal`, one '0'/'1' per board in board order (for paired
+    comparisons), and `boards_digest`; with `decoding` (`decoding.record`) how it was decoded; with
+    `sampled` (k samples per board of the same boards, `evaluate(..., samples=k)`) also "sampled":
     `sampled_entry`."""
     keys = np.array([(len(b["starts"]), b["size"]) for b in rollouts.boards])
     valid, optimal = np.asarray(rollouts.verdicts.valid), np.asarray(rollouts.verdicts.optimal)
@@ -210,9 +252,13 @@ def results_entry(
         "mean_tokens": float(np.mean(rollouts.lengths)),
         "cells": cells,
         "board_valid": "".join("1" if v else "0" for v in valid),
+        "board_optimal": "".join("1" if v else "0" for v in optimal),
+        "boards_digest": boards_digest(rollouts.boards),
     }
+    if decoding is not None:
+        entry["decoding"] = decoding
     if sampled is not None:
-        entry["sampled"] = sampled_entry(sampled, k, temperature, top_p)
+        entry["sampled"] = sampled_entry(sampled, k, temperature, top_p, top_k)
     return entry
 
 
@@ -329,8 +375,7 @@ def write_tables(directory: str, entry: dict, label: str = "ours", prefix: str =
             f"\n### {key.replace('_', ' ')} (acc. = valid %, opt. = optimal %, tokens = mean "
             f"completion tokens, ours only)\n"
         )
-        md.append("| Model | " + " | ".join(f"{s}×{s} acc. | opt." for s in sizes) + " | Sum acc. | opt. |")
-        md.append("|---|" + "---|---|" * (len(sizes) + 1))
+        md += table_header(sizes)
         for model, cells in models.items():
             vals = [cells.get(s) for s in sizes + ["sum"]]
             md.append(
@@ -373,6 +418,7 @@ def write_tables(directory: str, entry: dict, label: str = "ours", prefix: str =
                 )
     if entry.get("ood"):
         md += ood_markdown(entry["ood"])
+    md.append(f"\nDecoding ({label}): {describe(entry.get('decoding'))}.")
     if entry.get("usage"):
         u = entry["usage"]
         md.append(
@@ -388,10 +434,11 @@ def write_tables(directory: str, entry: dict, label: str = "ours", prefix: str =
         json.dumps(
             {
                 "point": entry["point"],
+                "label": label,
                 "tables": rows,
                 "ood": entry.get("ood", {}),
                 "board_valid": entry.get("board_valid", ""),
-                **({"usage": entry["usage"]} if entry.get("usage") else {}),
+                **{k: entry[k] for k in RECORDED if entry.get(k)},
             },
             indent=1,
         ),

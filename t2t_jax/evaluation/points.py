@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
-from t2t_jax.evaluation import benchmark, sets
+from t2t_jax.evaluation import benchmark, decoding, sets
 from t2t_jax.jsonrecord import JsonRecord
 from t2t_jax.perf import PhaseTimer
 
@@ -28,7 +28,17 @@ MONITOR_KEY = 20261202
 class Point(JsonRecord):
     """One evaluation point of a run (an entry of results.json)."""
 
-    OPTIONAL = ("sft_checks", "sampled", "vs_first", "ood", "monitor", "monitor_vs_first")
+    OPTIONAL = (
+        "sft_checks",
+        "sampled",
+        "vs_first",
+        "ood",
+        "monitor",
+        "monitor_vs_first",
+        "board_optimal",
+        "boards_digest",
+        "decoding",
+    )
 
     point: str  # "warm_start" / "initial", "stage_0", ...
     boards: int  # benchmark boards, greedy
@@ -43,6 +53,9 @@ class Point(JsonRecord):
     ood: dict | None = None  # the last point: the out-of-distribution sets
     monitor: dict | None = None  # avg@k on the monitor boards
     monitor_vs_first: dict | None = None  # paired change of the monitor since the first point
+    board_optimal: str | None = None  # one "0"/"1" per board, as board_valid (absent in older runs)
+    boards_digest: str | None = None  # benchmark.boards_digest of the boards scored
+    decoding: dict | None = None  # how the table was decoded (decoding.record; absent: greedy, older runs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,9 +72,12 @@ class EvalSettings:
     monitor_samples: int = 8  # eval.monitor_samples
     ood: tuple[str, ...] = ()  # eval.ood, parsed
     ood_per_cell: int | None = None  # eval.ood_per_cell
+    # the table's decoding (eval.decoding, decoding.resolve); a sampling one draws eval.samples too
+    decoding: dict = dataclasses.field(default_factory=lambda: decoding.resolve("greedy"))
 
     @classmethod
     def from_config(cls, c) -> EvalSettings:
+        e = c.eval
         return cls(
             max_new_tokens=c.rollout.max_new_tokens,
             batch_size=c.eval.batch_size,
@@ -73,6 +89,7 @@ class EvalSettings:
             monitor_samples=c.eval.monitor_samples,
             ood=sets.parse_ood(c.eval.ood),
             ood_per_cell=c.eval.ood_per_cell,
+            decoding=decoding.resolve(e.decoding, e.temperature, e.top_p, e.top_k),
         )
 
 
@@ -108,9 +125,11 @@ class Evaluator:
             check=self.check,
         )
 
-    def evaluate(self, params, boards: Sequence[dict], desc: str, samples: int = 0):
-        """Rollouts of `boards`: greedy, or `samples` per board at the rollout temperature / top_p."""
+    def evaluate(self, params, boards: Sequence[dict], desc: str, samples: int = 0, sampling: dict | None = None):
+        """Rollouts of `boards`: greedy, or `samples` per board at `sampling` (`decoding.resolve`'s
+        temperature / top_p / top_k; None: the rollout's temperature / top_p)."""
         s = self.settings
+        sampling = sampling or {"temperature": s.temperature, "top_p": s.top_p, "top_k": 0}
         with self.timer.phase("evaluation"):
             return benchmark.evaluate(
                 self.policy,
@@ -118,16 +137,24 @@ class Evaluator:
                 boards,
                 desc=desc,
                 samples=samples,
-                temperature=s.temperature,
-                top_p=s.top_p,
+                temperature=sampling["temperature"],
+                top_p=sampling["top_p"],
+                top_k=sampling["top_k"],
                 seed=s.seed,
                 **self._kw(),
             )
 
-    def sampled(self, params, boards: Sequence[dict], k: int, desc: str) -> dict:
-        """avg@k / pass@k of `boards` (`benchmark.sampled_entry`)."""
+    def sampled(self, params, boards: Sequence[dict], k: int, desc: str, sampling: dict | None = None) -> dict:
+        """avg@k / pass@k of `boards` (`benchmark.sampled_entry`) at `sampling` (as in `evaluate`)."""
         s = self.settings
-        return benchmark.sampled_entry(self.evaluate(params, boards, desc, samples=k), k, s.temperature, s.top_p)
+        sampling = sampling or {"temperature": s.temperature, "top_p": s.top_p, "top_k": 0}
+        rollouts = self.evaluate(params, boards, desc, samples=k, sampling=sampling)
+        return benchmark.sampled_entry(rollouts, k, sampling["temperature"], sampling["top_p"], sampling["top_k"])
+
+    def decoding_record(self) -> dict:
+        """How this evaluator decodes the table (`decoding.record`), for the results files."""
+        s = self.settings
+        return decoding.record(s.decoding, s.seed, s.max_new_tokens, getattr(self.policy, "enable_thinking", None))
 
     def point(
         self,
@@ -143,10 +170,14 @@ class Evaluator:
         earlier points (the first is what this one is paired with); `paired` (the last point):
         `vs_first` and the OOD sets; `extra`: more keys of the entry."""
         s = self.settings
-        entry = benchmark.results_entry(name, self.evaluate(params, boards, f"eval {name}"))
+        table = benchmark.table_decoding(s.decoding, s.seed)  # (greedy: {})
+        with self.timer.phase("evaluation"):
+            rollouts = benchmark.evaluate(self.policy, params, boards, desc=f"eval {name}", **table, **self._kw())
+        entry = benchmark.results_entry(name, rollouts, decoding=self.decoding_record())
         entry.update(extra or {})
-        if s.samples:
-            entry["sampled"] = self.sampled(params, boards, s.samples, f"eval {name} avg@{s.samples}")
+        if s.samples:  # at the table's sampling settings where it samples, else the rollout's
+            sampling = s.decoding if table else None
+            entry["sampled"] = self.sampled(params, boards, s.samples, f"eval {name} avg@{s.samples}", sampling)
         first = results[0] if results else None
         if paired and "board_valid" in first:  # (absent in runs begun before it existed)
             entry["vs_first"] = benchmark.paired_change(first, entry)
@@ -156,7 +187,7 @@ class Evaluator:
             "benchmark/mean_tokens": entry["mean_tokens"],
         }
         if paired and s.ood:  # the last point: the out-of-distribution sets too
-            entry["ood"] = benchmark.evaluate_ood(self.policy, params, s.ood, s.ood_per_cell, **self._kw())
+            entry["ood"] = benchmark.evaluate_ood(self.policy, params, s.ood, s.ood_per_cell, **table, **self._kw())
             values.update({f"ood/{n}/{k}": e[k] for n, e in entry["ood"].items() for k in ("valid", "optimal")})
         if monitor:
             entry["monitor"] = self.sampled(params, monitor, s.monitor_samples, f"monitor {name}")

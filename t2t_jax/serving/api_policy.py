@@ -52,9 +52,14 @@ class ApiPolicy(Policy):
             "model": client.model,
         }
 
-    def requests(self, boards: Sequence[dict], n: int, max_new_tokens: int, temperature, top_p, seed) -> list[Request]:
-        """Row i * n + j: sample j of board i (seeded per sample when sampling)."""
+    def requests(
+        self, boards: Sequence[dict], n: int, max_new_tokens: int, temperature, top_p, seed, top_k: int = 0
+    ) -> list[Request]:
+        """Row i * n + j: sample j of board i (seeded per sample when sampling). top_k > 0 goes in
+        the body as `top_k`, the extension vLLM, SGLang and launch.serve read (OpenAI's API has none)."""
         extra = {"chat_template_kwargs": {"enable_thinking": self.enable_thinking}}
+        if temperature and top_k:
+            extra["top_k"] = int(top_k)
         return [
             Request(
                 messages=tuple(chat_messages(b, self.style)),
@@ -81,10 +86,8 @@ class ApiPolicy(Policy):
         top_p: float = 1.0,
         seed: int = 0,
     ) -> Rollouts:
-        if top_k:
-            raise ValueError("ApiPolicy: top_k is not part of the chat-completions API; use top_p")
         del params
-        requests = self.requests(boards, n, max_new_tokens, temperature, top_p, seed)
+        requests = self.requests(boards, n, max_new_tokens, temperature, top_p, seed, top_k)
         replies = self.client.complete_many(requests, progress=self.progress)
         unique = {self.client.key(r): reply for r, reply in zip(requests, replies)}
         for r in unique.values():  # (a batch padded by repeating a board sends it once)

@@ -6,9 +6,10 @@
 
 A request's messages go through the tokenizer's chat template (`chat_template_kwargs`'
 `enable_thinking`, default the backend's), are left-padded to a prompt-length bucket, and
-decode with `temperature` (0: greedy), `top_p`, `n` samples sharing one prefill, and `seed`;
-`response_format` {"type": "json_schema", "json_schema": {"schema": ...}} decodes under the
-schema's token automaton (sampling.constrained), as the engineer does in process. The reply's
+decode with `temperature` (0: greedy), `top_p`, `top_k` (vLLM's extension; 0 or -1: off), `n`
+samples sharing one prefill, and `seed`; `response_format` {"type": "json_schema", "json_schema":
+{"schema": ...}} decodes under the schema's token automaton (sampling.constrained), as the
+engineer does in process. The reply's
 text is decoded as `rollout.Policy.decode` does (the stop token dropped, special tokens such as
 </think> kept), so an evaluation through this server parses exactly what the in-process one
 parses; `usage.completion_tokens` counts the stop token, as the in-process lengths do.
@@ -111,6 +112,7 @@ class ChatRequest(BaseModel):
     max_completion_tokens: int | None = Field(None, ge=1)
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=-1)  # (vLLM's extension; 0 or -1: off)
     n: int = Field(1, ge=1, le=64)
     seed: int | None = None
     response_format: dict | None = None
@@ -438,6 +440,7 @@ class Job:
     seed: int
     schema: str | None = None
     constraint: object = None
+    top_k: int = 0
     departed: threading.Event = dataclasses.field(default_factory=threading.Event)
     future: concurrent.futures.Future = dataclasses.field(default_factory=concurrent.futures.Future)
 
@@ -547,7 +550,8 @@ class Backend:
         out[0, length - prompt :] = ids
         mask[0, length - prompt :] = True
         seed = 0 if req.seed is None else int(req.seed) % 2**31
-        return Job(out, mask, prompt, int(budget), req.temperature, req.top_p, req.n, seed, schema)
+        top_k = max(req.top_k, 0)
+        return Job(out, mask, prompt, int(budget), req.temperature, req.top_p, req.n, seed, schema, top_k=top_k)
 
     def _schema(self, fmt) -> str | None:
         if fmt is None or fmt.get("type") == "text":
@@ -623,6 +627,7 @@ class Backend:
             job.mask,
             max_new_tokens=width,
             temperature=job.temperature,
+            top_k=job.top_k,
             top_p=job.top_p,
             n=job.n,
             seed=job.seed,
