@@ -137,24 +137,25 @@ def bench_train(shape, batch, length):
 
 def grpo_settings(share_prompts: bool = False, group_size: int = 1):
     """The Trainer settings of the GRPO rows (dapo, no KL)."""
-    import ml_collections as mlc
+    from t2t_jax.rl.grpo import LossSettings
+    from t2t_jax.rl.trainer import OptimSettings, TrainSettings
 
-    return mlc.ConfigDict(
-        dict(
-            optim=dict(
-                learning_rate=1e-6,
-                warmup_steps=1,
-                decay_steps=100,
-                end_lr_fraction=0.1,
-                b1=0.9,
-                b2=0.99,
-                weight_decay=0.0,
-                max_grad_norm=1.0,
-            ),
-            train=dict(micro_batches=1, max_bad_steps=5, logprob_chunk=256, share_prompts=share_prompts),
-            rollout=dict(temperature=1.0),
-            grpo=dict(loss_type="dapo", epsilon_low=0.2, epsilon_high=0.28, beta=0.0, group_size=group_size),
-        )
+    optim = OptimSettings(
+        learning_rate=1e-6,
+        warmup_steps=1,
+        decay_steps=100,
+        end_lr_fraction=0.1,
+        b1=0.9,
+        b2=0.99,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+    )
+    return TrainSettings(
+        optim=optim,
+        loss=LossSettings("dapo", epsilon_low=0.2, epsilon_high=0.28, beta=0.0),
+        logprob_chunk=256,
+        group_size=group_size,
+        share_prompts=share_prompts,
     )
 
 

@@ -24,11 +24,9 @@ weights, no chips. What is compiled (`COMPILERS`):
   up to rollout.chunk steps over every slot, sampling included) at the cache the engine
   allocates for the config's rows: `Engine.slot_tokens(prompt + max_new_tokens)` tokens per slot,
   dense, or paged in a pool of `Engine.pool_pages(...)` pages (rollout.pages, 0: every slot at
-  its full length). The slots' state comes from compiling the engine's own `empty` (its
-  shardings: the paged pools over the batch axes); a leaf the engine leaves off the mesh (today
-  the dense cache: `Engine._empty` has no sharding for it, so on a mesh it lands on one device
-  and the decode replicates it) is given the layout it should have, rows over the batch axes and
-  kv heads over `tensor`, and named in the row's `assumed_placement`.
+  its full length). The slots' state comes from compiling the engine's own `empty`, with the
+  shardings it gives (the dense cache's rows and the paged pools over the batch axes, kv heads
+  over `tensor`; a leaf off the mesh is replicated, as the decode would replicate it).
 
 Each row: `fits`, per-chip `peak_bytes` (arguments + outputs + temporaries - aliased),
 `argument_bytes`, `output_bytes`, `temp_bytes`, `alias_bytes` (`memory_analysis()`), `flops` per
@@ -59,7 +57,7 @@ from jax.sharding import NamedSharding, PartitionSpec  # noqa: E402
 
 from t2t_jax import models, sharding  # noqa: E402
 from t2t_jax.perf import CHIPS, model_flops  # noqa: E402
-from t2t_jax.rl.trainer import Trainer  # noqa: E402
+from t2t_jax.rl.trainer import Trainer, TrainSettings  # noqa: E402
 from t2t_jax.sampling.engine import Engine  # noqa: E402
 from t2t_jax.sampling.scheduler import next_pow2  # noqa: E402
 
@@ -180,7 +178,7 @@ def _timed(lowered):
 def compile_train(config, sizes: Sizes, mesh, report: Report):
     """The Trainer's update (see the module docstring) -> (compiled, seconds, row fields)."""
     model = abstract_model(config.model, mesh, report.param_dtype)
-    trainer = Trainer(model, config, loss="grpo", mesh=mesh)
+    trainer = Trainer(model, TrainSettings.from_config(config), loss="grpo", mesh=mesh)
     state = trainer.state_shapes()
     batch = trainer.batch_shapes(batch_shapes(config, sizes))
     compiled, seconds = _timed(trainer.lower(state, batch))
@@ -220,22 +218,9 @@ def _on(mesh, sh) -> bool:
     return isinstance(sh, NamedSharding) and sh.mesh.devices.tolist() == mesh.devices.tolist()
 
 
-def _dense_cache_shardings(cache, mesh, kv_heads: int):
-    """Where a dense slot cache should live: rows over the batch axes, kv heads over `tensor`
-    where they divide (the paged pools' layout)."""
-    rows = sharding.batch_sharding(mesh).spec[0]
-    kv = sharding.spec(("batch", "kv_heads"), (cache.valid.shape[0], kv_heads), mesh)[1]
-    by_ndim = {
-        4: NamedSharding(mesh, PartitionSpec(rows, kv, None, None)),
-        2: NamedSharding(mesh, PartitionSpec(rows, None)),
-        1: NamedSharding(mesh, PartitionSpec(rows)),
-    }
-    return jax.tree.map(lambda x: by_ndim[len(x.shape)], cache)
-
-
-def slots_shapes(engine, state, model, mesh, length: int, width: int, pages: int):
+def slots_shapes(engine, state, mesh, length: int, width: int, pages: int):
     """The engine's free slots (`Engine._empty` compiled for the mesh: its shapes and
-    shardings) -> (abstract Slots, names of the leaves given an assumed placement)."""
+    shardings; a leaf off the mesh replicated)."""
     page_size = engine.page_size if engine.kv == "paged" else 0
     lowered = engine._empty.lower(
         engine.graphdef,
@@ -248,21 +233,10 @@ def slots_shapes(engine, state, model, mesh, length: int, width: int, pages: int
         pages=pages,
     )
     out = lowered.compile().out_info
-    fallback = jax.tree.map(lambda _: replicated(mesh), out.replace(cache=None))
-    if engine.kv == "dense":
-        fallback = fallback.replace(cache=_dense_cache_shardings(out.cache, mesh, model.config.num_key_value_heads))
-    else:
-        fallback = fallback.replace(cache=jax.tree.map(lambda _: replicated(mesh), out.cache))
-    assumed = set()
-
-    def place(path, x, fb):
-        if _on(mesh, x.sharding):
-            return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)
-        if fb != replicated(mesh):  # (an array off the mesh is replicated at the decode, as here)
-            assumed.add(jax.tree_util.keystr(path[:1]).strip(".[]'") or "?")
-        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=fb)
-
-    return jax.tree_util.tree_map_with_path(place, out, fallback), sorted(assumed)
+    rep = replicated(mesh)
+    return jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding if _on(mesh, x.sharding) else rep), out
+    )
 
 
 def compile_decode(config, sizes: Sizes, mesh, report: Report, kv: str = "dense"):
@@ -273,7 +247,7 @@ def compile_decode(config, sizes: Sizes, mesh, report: Report, kv: str = "dense"
     length = engine.slot_tokens(sizes.decode_tokens)
     pages = engine.pool_pages(length) if kv == "paged" else 0
     width = sizes.completion
-    slots, assumed = slots_shapes(engine, state, model, mesh, length, width, pages)
+    slots = slots_shapes(engine, state, mesh, length, width, pages)
     layers = engine._layers.lower(engine.graphdef, state).compile().out_info
     rep = replicated(mesh)
     sds = lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype, sharding=rep)  # noqa: E731
@@ -305,7 +279,6 @@ def compile_decode(config, sizes: Sizes, mesh, report: Report, kv: str = "dense"
         slot_tokens=length,
         kv=kv,
         attention=model.paged_kernel if kv == "paged" else "xla (decode step)",
-        assumed_placement=assumed,
         weights_copy_bytes=per_chip_bytes(layers),
     )
     if kv == "paged":
@@ -319,7 +292,8 @@ def compile_decode(config, sizes: Sizes, mesh, report: Report, kv: str = "dense"
             pool_bytes_per_chip=per_chip_bytes((pool,)) * 2 * len(slots.cache.k),
         )
     else:
-        fields.update(cache_length=length, cache_bytes_per_chip=per_chip_bytes(slots.cache))
+        whole = sum(math.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(slots.cache))
+        fields.update(cache_length=length, cache_bytes=whole, cache_bytes_per_chip=per_chip_bytes(slots.cache))
     return compiled, seconds, fields
 
 
@@ -355,7 +329,7 @@ def resident_bytes(config, mesh, report: Report) -> int:
     """Per chip, what stays in HBM beside the engine while it decodes: the optimizer state and
     the step (and the reference params when grpo.beta > 0); the params are the engine's own."""
     model = abstract_model(config.model, mesh, report.param_dtype)
-    state = Trainer(model, config, loss="grpo", mesh=mesh).state_shapes()
+    state = Trainer(model, TrainSettings.from_config(config), loss="grpo", mesh=mesh).state_shapes()
     params = per_chip_bytes(state.params)
     return per_chip_bytes(state) - params + (params if config.grpo.beta else 0)
 

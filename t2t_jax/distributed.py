@@ -2,7 +2,8 @@
 
     distributed.initialize(config.distributed)     # first, before anything touches a device
     run = distributed.same_outcome(lambda: rundir.open_run(...))   # one host's refusal stops all
-    boards = distributed.from_host0(boards)        # host 0's value on every host (JSON-able)
+    proposal = distributed.from_host0(proposal)    # host 0's value on every host (JSON-able)
+    parts = distributed.from_every_host(part)      # [every host's value], in process order
 
 Every host of a pod runs the same command (`python -m launch.main ...`); collectives pair up only
 if every host reaches them in the same order, so a decision one host makes alone (a refused run
@@ -57,6 +58,20 @@ def from_host0(value: Any) -> Any:
     if jax.process_count() == 1:
         return value
     return json.loads(_bytes_from_host0(json.dumps(value).encode()))
+
+
+def from_every_host(value: Any) -> list:
+    """Every host's `value` (JSON-able), in process order, on every host."""
+    if jax.process_count() == 1:
+        return [value]
+    from jax.experimental import multihost_utils
+
+    data = np.frombuffer(json.dumps(value).encode(), np.uint8)
+    sizes = np.asarray(multihost_utils.process_allgather(np.int64(data.size))).reshape(-1)
+    buf = np.zeros(max(int(sizes.max()), 1), np.uint8)
+    buf[: data.size] = data
+    rows = np.asarray(multihost_utils.process_allgather(buf))
+    return [json.loads(row[:n].tobytes()) for row, n in zip(rows, sizes)]
 
 
 def same_outcome(fn: Callable[[], Any]) -> Any:

@@ -66,12 +66,21 @@ class Loop:
         return key
 
     def boards(self, env: EnvConfig, key, num: int) -> list[dict]:
-        """`num` certified boards of `env` (with their optimal plans), as JSON-ready dicts; on
-        several hosts, host 0's (every host draws the same, but agreement is not left to luck).
-        A stop is checked between chunks on one host only: how many chunks a host needs depends on
-        its solver's luck, and an agreed check must be reached by every host alike (on several
-        hosts the stop waits for the pool, then the next unit's boundary)."""
+        """`num` certified boards of `env` (with their optimal plans), as JSON-ready dicts; the
+        same on one host or several. On several hosts the chunks are dealt round-robin (host h
+        certifies chunk r * hosts + h of round r, its solver work included) and every host
+        joins each round's boards in chunk order: adding hosts divides the certification, and
+        the boards are every host's and the single host's alike. A stop is checked before each
+        chunk (on several hosts before each round, agreed by all)."""
         gen = CertifiedGenerator(env, horizon=self.config.env.horizon, chunk=self.config.env.chunk)
-        check = self.preemption.check if jax.process_count() == 1 else None
+        hosts, host = jax.process_count(), jax.process_index()
         with self.timer.phase("certification"):
-            return distributed.from_host0(io.boards_with_plans_to_json(*gen(key, num, check=check)))
+            if hosts == 1:
+                return io.boards_with_plans_to_json(*gen(key, num, check=self.preemption.check))
+            out, r = [], 0
+            while len(out) < num:
+                self.preemption.check()
+                mine = io.boards_with_plans_to_json(*gen.chunk_boards(key, r * hosts + host))
+                out += [b for part in distributed.from_every_host(mine) for b in part]
+                r += 1
+            return out[:num]

@@ -47,7 +47,7 @@ from t2t_jax.loop import Loop
 from t2t_jax.perf import PhaseTimer, time_line
 from t2t_jax.preemption import Preempted, Preemption  # noqa: F401 (Preempted: the stage loop's exit)
 from t2t_jax.rl.stage import train_stage
-from t2t_jax.rl.trainer import Trainer
+from t2t_jax.rl.trainer import Trainer, TrainSettings
 from t2t_jax.rl.warm_start import SftTrainers, warm_start
 from t2t_jax.rollout import Policy
 from t2t_jax.runrecord import RunRecord, RunState
@@ -108,7 +108,7 @@ class StageRunner:
             self.policy, EvalSettings.from_config(c), check=self.preemption.check, timer=self.timer, progress=progress
         )
         self.sft_trainers = SftTrainers(self.model, c, self.mesh)
-        self.trainer = Trainer(self.model, c, loss="grpo", mesh=self.mesh)
+        self.trainer = Trainer(self.model, TrainSettings.from_config(c), loss="grpo", mesh=self.mesh)
         self.ckpt = Checkpointer(storage.join(self.workdir, "checkpoints"), keep=c.checkpoint.keep)
         self.loop = Loop(
             c,

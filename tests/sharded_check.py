@@ -86,6 +86,15 @@ def main(path):
             np.testing.assert_array_equal(got, want, err_msg=f"sampled tokens, {axes}")
         for got, want in zip(samples[1::2], single_samples[1::2]):
             np.testing.assert_allclose(got, want, atol=1e-4, err_msg=f"sampled logprobs, {axes}")
+        # the dense engine: its cache placed as the activations (rows over the batch axes, kv heads over tensor)
+        cache = jax.jit(lambda m: m.init_cache(8, 16))(model)
+        k = cache.k[0]
+        want = sharding.param_sharding(qwen3.model.CACHE_AXES, k.shape, mesh)
+        assert k.sharding.is_equivalent_to(want, k.ndim), (axes, k.sharding, want)
+        if axes == {"fsdp": 4, "tensor": 2}:
+            assert k.sharding.shard_shape(k.shape) == (2, 2, 16, 16), k.sharding
+        got = Engine(model, [95], 0, slots=8, chunk=3, kv="dense").generate(ids, mask, 6, temperature=1.0, n=2, seed=3)
+        np.testing.assert_array_equal(got.tokens, single_samples[2], err_msg=f"dense engine, {axes}")
         if axes in PAGED_MESHES:  # the paged engine: pools and slots split over the batch axes, kv heads over tensor
             engine = Engine(model, [95], 0, slots=8, chunk=3, kv="paged", page_size=4, pages=24)
             assert engine.shards == axes.get("data", 1) * axes.get("fsdp", 1)

@@ -55,6 +55,8 @@ def test_splash_train_prefill_and_decode_steps_compile_for_a_sharded_v5e():
     assert by["train", 1]["attention"] == by["prefill", 1]["attention"] == "splash"
     assert [by[w, 1]["rows"] for w in ("train", "prefill", "decode")] == [8, 4, 16]  # (prefill: 16 rows / 4 samples)
     assert by["train", 1]["tokens"] == 8 * 200 and by["decode", 1]["tokens"] == 16
+    for t in (1, 2):  # the dense cache as the engine places it: a quarter on each chip (its masks and index aside)
+        assert by["decode", t]["cache_bytes_per_chip"] * 4 == pytest.approx(by["decode", t]["cache_bytes"], rel=1e-2)
     for r in rows:  # the time estimates follow from the model FLOPs and the chip's peak (v5e: 197 TFLOP/s)
         assert r["step_s_at_mfu"] == pytest.approx(r["model_flops"] / (4 * 197e12 * 0.4), rel=0.01)
         assert r["mfu_needed"] == pytest.approx(1e6 * r["model_flops"] / r["tokens"] / (4 * 197e12), rel=0.01)
@@ -126,7 +128,7 @@ def test_the_train_row_compiles_the_trainers_own_grpo_update(monkeypatch):
     original = trainer_lib.Trainer._update_fn
 
     def spy(self, state, batch):
-        seen.append((self.loss, self.config.train.micro_batches, {k: tuple(v.shape) for k, v in batch.items()}))
+        seen.append((self.loss, self.settings.micro_batches, {k: tuple(v.shape) for k, v in batch.items()}))
         return original(self, state, batch)
 
     monkeypatch.setattr(trainer_lib.Trainer, "_update_fn", spy)
@@ -139,7 +141,9 @@ def test_the_train_row_compiles_the_trainers_own_grpo_update(monkeypatch):
     assert shapes["prompt_ids"] == (8, 32) and shapes["completion_ids"] == (8, 64) and shapes["advantages"] == (8,)
     assert shapes["old_logps"] == shapes["ref_logps"] == shapes["sampler_logps"] == (8, 64)
     assert fields["micro_batches"] == 2 and fields["micro_rows"] == 4 and fields["ref_model_bytes"] > 0
-    trainer = trainer_lib.Trainer(aot.abstract_model(config.model, mesh), config, loss="grpo", mesh=mesh)
+    trainer = trainer_lib.Trainer(
+        aot.abstract_model(config.model, mesh), trainer_lib.TrainSettings.from_config(config), loss="grpo", mesh=mesh
+    )
     lowered = trainer.lower(trainer.state_shapes(), trainer.batch_shapes(aot.batch_shapes(config, sizes))).as_text()
     assert "stablehlo.while" in lowered and "tensor<2x4x32xi32>" in lowered  # (the scan over 2 slices of 4 rows)
     row = aot.report_row(
@@ -152,11 +156,11 @@ def test_the_abstract_train_state_and_batch_are_placed_as_init_and_shard_place_t
     """`Trainer.state_shapes` / `batch_shapes` (what the AOT compile takes) carry the shapes,
     dtypes and shardings of `Trainer.init()` and `Trainer.shard(...)` (on this machine's devices)."""
     from t2t_jax import models, sharding
-    from t2t_jax.rl.trainer import Trainer
+    from t2t_jax.rl.trainer import Trainer, TrainSettings
 
     config = tiny_grpo_config()
     mesh = sharding.make_mesh({"fsdp": -1})
-    trainer = Trainer(models.build(config.model, 0, mesh), config, loss="grpo", mesh=mesh)
+    trainer = Trainer(models.build(config.model, 0, mesh), TrainSettings.from_config(config), loss="grpo", mesh=mesh)
     real, abstract = trainer.init(), trainer.state_shapes()
     batch = {"prompt_ids": np.zeros((8, 32), np.int32), "advantages": np.zeros((8,), np.float32)}
 
@@ -174,10 +178,9 @@ def test_the_abstract_train_state_and_batch_are_placed_as_init_and_shard_place_t
 def test_the_paper_config_fits_a_v5e_and_a_v5p_mesh():
     """configs/qwen3_4b.py: its GRPO update (256 sequences of 512 + 8,192 tokens in micro-batches
     of 32, splash) and the engine's paged decode chunk (rollout.slots = 64 rows, the Pallas kernel,
-    a pool of every row's 8,704 tokens: the TPU default). The dense decode rows assume a cache
-    placement the engine does not make yet (docs/model.md); they and the other meshes are in
-    docs/results/aot/, from the commands in docs/model.md (a 4B compile takes minutes here, so
-    CI compiles four)."""
+    a pool of every row's 8,704 tokens: the TPU default). The dense decode rows and the other
+    meshes are in docs/results/aot/, from the commands in docs/model.md (a 4B compile takes
+    minutes here, so CI compiles four)."""
     rows = aot(
         "--config=configs/qwen3_4b.py",
         "--topologies=v5e:4x4,v5p:4x4x4",

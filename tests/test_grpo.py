@@ -87,10 +87,11 @@ def test_group_advantages():
 
 
 def test_unknown_loss_type_is_named():
-    cfg = types.SimpleNamespace(loss_type="ppo", epsilon_low=0.2, epsilon_high=0.2, beta=0.0)
-    logps, old, ref, adv, mask = inputs(0)
-    with pytest.raises(ValueError, match="loss_type: 'ppo'"):
-        grpo.policy_loss(logps, old, None, adv, mask, cfg)
+    with pytest.raises(ValueError, match="grpo.loss_type: 'ppo' is not one of"):
+        grpo.LossSettings(loss_type="ppo")
+    assert grpo.LossSettings.from_config(
+        {"loss_type": "grpo", "epsilon_low": 0.1, "epsilon_high": 0.3, "beta": 0.0, "other": 1}
+    ) == grpo.LossSettings("grpo", 0.1, 0.3, 0.0)
 
 
 def test_dynamic_sampling_never_takes_a_group_twice():

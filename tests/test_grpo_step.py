@@ -6,7 +6,7 @@ from typing import NamedTuple
 import numpy as np
 
 from t2t_jax.config.defaults import base
-from t2t_jax.rl.step import grpo_step
+from t2t_jax.rl.step import StepSettings, grpo_step
 from t2t_jax.rollout import Rollouts
 
 
@@ -70,7 +70,7 @@ class Trainer:
 def config(**grpo):
     c = base()
     c.grpo.update(prompts=2, group_size=2, dynamic_sampling=True, dynamic_sampling_rounds=2, **grpo)
-    return c
+    return StepSettings.from_config(c)
 
 
 BOARDS = [{"id": i} for i in range(12)]

@@ -24,7 +24,7 @@ from t2t_jax.env.certified import CertifiedGenerator
 from t2t_jax.env.config import EnvConfig
 from t2t_jax.models import qwen3
 from t2t_jax.rl import grpo, sft
-from t2t_jax.rl.trainer import Trainer
+from t2t_jax.rl.trainer import Trainer, TrainSettings
 from t2t_jax.rollout import Policy
 from t2t_jax.sampling import Sampler
 from t2t_jax.text.tokenizer import load_tokenizer, stop_ids
@@ -66,7 +66,7 @@ def warm_start():
     )
     c = settings(3e-3)
     c.optim.update(warmup_steps=10, decay_steps=400, end_lr_fraction=0.1)
-    trainer = Trainer(model, c, loss="sft")
+    trainer = Trainer(model, TrainSettings.from_config(c), loss="sft")
     gen = CertifiedGenerator(ENV, horizon=64, chunk=256)
     boards = sft.canonical_plans(io.boards_with_plans_to_json(*gen(jax.random.key(1), 2048)))
     state = sft.run_sft(
@@ -91,7 +91,7 @@ def warm_start():
 def train(warm, seed, control):
     """UPDATES GRPO updates on the 8 boards -> (sampled valid rate before, after, greedy valid count after)."""
     model, policy, params, boards = warm
-    trainer = Trainer(model, settings(3e-4))
+    trainer = Trainer(model, TrainSettings.from_config(settings(3e-4)))
     state = trainer.init(params)
 
     def sampled_valid(p, s):

@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 import jax
-import ml_collections as mlc
 import numpy as np
 import pytest
 from conftest import free_port
@@ -14,7 +13,7 @@ from flax import nnx
 
 from t2t_jax.models import qwen3
 from t2t_jax.rl import grpo
-from t2t_jax.rl.trainer import Trainer, TrainingError
+from t2t_jax.rl.trainer import OptimSettings, Trainer, TrainingError, TrainSettings
 from t2t_jax.sampling import Sampler
 
 CONFIG = qwen3.Qwen3Config(
@@ -29,10 +28,10 @@ CONFIG = qwen3.Qwen3Config(
 HERE = os.path.dirname(__file__)
 
 
-def settings(loss_type="dapo", micro_batches=1, lr=1e-2, beta=0.0, share_prompts=False, group_size=4):
-    return mlc.ConfigDict(
-        dict(
-            optim=dict(
+def settings(loss_type="dapo", micro_batches=1, lr=1e-2, beta=0.0, share_prompts=False, group_size=4, **optim):
+    return TrainSettings(
+        optim=OptimSettings(
+            **dict(
                 learning_rate=lr,
                 warmup_steps=0,
                 decay_steps=100,
@@ -41,11 +40,16 @@ def settings(loss_type="dapo", micro_batches=1, lr=1e-2, beta=0.0, share_prompts
                 b2=0.99,
                 weight_decay=0.0,
                 max_grad_norm=10.0,
-            ),
-            train=dict(micro_batches=micro_batches, max_bad_steps=2, logprob_chunk=3, share_prompts=share_prompts),
-            rollout=dict(temperature=1.0),
-            grpo=dict(loss_type=loss_type, epsilon_low=0.2, epsilon_high=0.28, beta=beta, group_size=group_size),
-        )
+            )
+            | optim
+        ),
+        loss=grpo.LossSettings(loss_type, epsilon_low=0.2, epsilon_high=0.28, beta=beta),
+        micro_batches=micro_batches,
+        max_bad_steps=2,
+        logprob_chunk=3,
+        temperature=1.0,
+        group_size=group_size,
+        share_prompts=share_prompts,
     )
 
 
@@ -215,8 +219,7 @@ def test_first_update_of_a_warmup_schedule_moves():
     every schedule (SFT and GRPO) runs at learning_rate / warmup_steps, not 0."""
     from t2t_jax.rl.trainer import learning_rate_schedule
 
-    cfg = settings(lr=1e-3)
-    cfg.optim.update(warmup_steps=4, decay_steps=20, end_lr_fraction=0.1)
+    cfg = settings(lr=1e-3, warmup_steps=4, decay_steps=20, end_lr_fraction=0.1)
     schedule = learning_rate_schedule(cfg.optim)
     assert [float(schedule(i)) for i in range(4)] == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3])
     assert float(schedule(20)) == pytest.approx(1e-4)

@@ -26,7 +26,7 @@ from flax import nnx  # noqa: E402
 
 from t2t_jax import sharding  # noqa: E402
 from t2t_jax.models import qwen3  # noqa: E402
-from t2t_jax.rl.trainer import Trainer  # noqa: E402
+from t2t_jax.rl.trainer import Trainer, TrainSettings  # noqa: E402
 
 CONFIG = qwen3.Qwen3Config(
     vocab_size=64,
@@ -81,7 +81,7 @@ def train(mesh, steps=3, share_prompts=False, grouped=False, checkpoint=None):
         sharding.shard_model(model, mesh)
     settings = TRAIN.copy_and_resolve_references()
     settings.train.share_prompts = share_prompts
-    trainer = Trainer(model, settings, loss="grpo", mesh=mesh)
+    trainer = Trainer(model, TrainSettings.from_config(settings), loss="grpo", mesh=mesh)
     state = trainer.init()
     if checkpoint is not None:  # a fresh state spans every process: it can be checkpointed
         from t2t_jax.checkpoint import Checkpointer

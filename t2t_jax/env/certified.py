@@ -6,7 +6,8 @@ a pool of worker processes -> boards with no joint plan within the horizon are d
 replaced from later chunks. The next chunk is generated and certified on device while the
 workers solve the current one, so the device does not wait for the host.
 
-Results depend on (key, chunk): chunk i is drawn with `fold_in(key, i)`.
+Results depend on (key, chunk): chunk i is drawn with `fold_in(key, i)`, so chunks can be
+certified apart (`chunk_boards`: the hosts of a pod deal them round-robin) and joined in order.
 """
 
 from __future__ import annotations
@@ -97,6 +98,17 @@ class CertifiedGenerator:
         stats.certified_on_device += int(bounds.certified.sum())
         keep = np.flatnonzero(optimum >= 0)
         return keep, optimum, actions
+
+    def chunk_boards(self, key: jax.Array, i: int) -> tuple[Boards, Plans]:
+        """Chunk i's boards that stay (every feasible one), certified, without overlap: the
+        unit the hosts of a pod deal among themselves (chunks in order, then cut to the number
+        wanted, are `sample`'s boards). Stats in `self.last_stats`."""
+        stats = CertifyStats(generated=self.chunk)
+        boards, bounds = self._device_chunk(key, i)
+        todo, pending = self._submit(boards, bounds)
+        part = (boards, bounds, *self._finish(boards, bounds, todo, pending, stats))
+        self.last_stats = stats
+        return _assemble([part], self.chunk)
 
     def sample(self, key: jax.Array, num: int, check=None) -> tuple[Boards, Plans]:
         """-> (Boards [num] with lower_bound and optimal_makespan, witness Plans [num, A, H]).

@@ -20,6 +20,7 @@ alone is defined per micro-batch, as in TRL. Shapes: B completions, T completion
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import chex
@@ -142,14 +143,36 @@ def _dapo(mask, totals):
 LOSSES: dict[str, Callable] = {"grpo": _grpo, "bnpo": _bnpo, "dr_grpo": _dr_grpo, "dapo": _dapo}
 
 
-def policy_loss(logps, old_logps, ref_logps, advantages, mask, config, *, totals: Totals | None = None, entropies=None):
+@dataclasses.dataclass(frozen=True)
+class LossSettings:
+    """The policy loss (`grpo.*`): `loss_type` (a name in LOSSES), PPO-style clipping of the
+    ratio to [1 - epsilon_low, 1 + epsilon_high], and the KL penalty's weight `beta`."""
+
+    loss_type: str = "dapo"
+    epsilon_low: float = 0.2
+    epsilon_high: float = 0.28
+    beta: float = 0.0
+
+    def __post_init__(self):
+        if self.loss_type not in LOSSES:
+            raise ValueError(f"grpo.loss_type: {self.loss_type!r} is not one of {sorted(LOSSES)}")
+
+    @classmethod
+    def from_config(cls, grpo) -> LossSettings:
+        """From the config's `grpo` section."""
+        return cls(**{f.name: grpo[f.name] for f in dataclasses.fields(cls)})
+
+
+def policy_loss(
+    logps, old_logps, ref_logps, advantages, mask, config: LossSettings, *, totals: Totals | None = None, entropies=None
+):
     """The GRPO loss of one (micro-)batch and its metrics.
 
     Args:
       logps, old_logps: [B, T] log-probs of the completion tokens under the current and the
         sampling policy; ref_logps: [B, T] under the reference (ignored, may be None, when
         config.beta == 0); advantages: [B]; mask: [B, T] (1 on completion tokens).
-      config: any object with `loss_type`, `epsilon_low`, `epsilon_high`, `beta`.
+      config: the LossSettings.
       totals: counts of the full batch (default: this batch's own, `totals_of(mask)`).
       entropies: optional [B, T] exact per-token entropies; without them `entropy` is the
         Monte-Carlo estimate -mean(logp) over active tokens.
@@ -157,8 +180,6 @@ def policy_loss(logps, old_logps, ref_logps, advantages, mask, config, *, totals
     Returns (loss, metrics): metrics are token means over active tokens: `clip_low`,
     `clip_high` (fractions clipped below / above, as TRL counts them), `kl`, `entropy`, `ratio`.
     """
-    if config.loss_type not in LOSSES:
-        raise ValueError(f"loss_type: {config.loss_type!r} is not one of {sorted(LOSSES)}")
     mask = jnp.asarray(mask, jnp.float32)
     totals = totals if totals is not None else totals_of(mask)
     adv = jnp.asarray(advantages, jnp.float32)[:, None]

@@ -16,13 +16,14 @@ from t2t_jax.env import io
 from t2t_jax.env.config import EnvConfig
 from t2t_jax.rl import sft
 from t2t_jax.rl.rewards import TERMS
-from t2t_jax.rl.step import grpo_step, trajectory_point
+from t2t_jax.rl.step import StepSettings, grpo_step, trajectory_point
 from t2t_jax.runrecord import RunState
 
 
 def train_stage(loop, run: RunState, trainer) -> RunState:
     """GRPO steps `run.record.step` .. `grpo.steps` - 1 of stage `run.record.stage`."""
     c, s = loop.config, run.record.stage
+    settings = StepSettings.from_config(c)
     env_config = EnvConfig.from_json(run.record.history[-1])
     need = c.grpo.steps * c.grpo.prompts * (1 + c.grpo.dynamic_sampling_rounds)
     pool = loop.guard(run, lambda: loop.boards(env_config, loop.key(100, s), need))
@@ -32,17 +33,19 @@ def train_stage(loop, run: RunState, trainer) -> RunState:
     for step in tqdm(
         range(start, c.grpo.steps), desc=f"stage {s}", disable=not loop.progress, initial=start, total=c.grpo.steps
     ):
-        run = loop.guard(run, lambda: _step(loop, run, trainer, pool, step, env_config))
+        run = loop.guard(run, lambda: _step(loop, run, trainer, settings, pool, step, env_config))
         if (step + 1) % c.checkpoint.every == 0 and step + 1 < c.grpo.steps:
             run = loop.save(run)
     return run
 
 
-def _step(loop, run: RunState, trainer, pool, step: int, env_config: EnvConfig) -> RunState:
+def _step(loop, run: RunState, trainer, settings: StepSettings, pool, step: int, env_config: EnvConfig) -> RunState:
     c, s = loop.config, run.record.stage
     global_step = s * c.grpo.steps + step
     weights = run.record.weights[-1]
-    state, ro, drawn, metrics = grpo_step(loop.policy, trainer, c, run.train, run.ref, pool, step, weights, global_step)
+    state, ro, drawn, metrics = grpo_step(
+        loop.policy, trainer, settings, run.train, run.ref, pool, step, weights, global_step
+    )
     log_step(loop.writer, global_step, ro, drawn, metrics, env_config, c.logging.text_every)
     point = {"stage": s, "step": step, **trajectory_point(drawn, metrics)}
     return run.replace(train=state, step=step + 1, trajectory=[*run.record.trajectory, point])

@@ -1,6 +1,7 @@
 """One GRPO step of the stage loop, apart from the loop's bookkeeping.
 
-    out = grpo_step(policy, trainer, config, state, ref, boards, step, weights, global_step)
+    settings = StepSettings.from_config(config)
+    out = grpo_step(policy, trainer, settings, state, ref, boards, step, weights, global_step)
     out.state, out.rollouts, out.drawn, out.metrics
 
 The step: up to 1 + `grpo.dynamic_sampling_rounds` rounds of `grpo.prompts` boards x
@@ -14,6 +15,7 @@ recomputed, reference log-probs when `grpo.beta` > 0, then `grpo.num_iterations`
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -28,6 +30,47 @@ from t2t_jax.rollout import Rollouts, concat, guide
 
 GUIDANCE = ("none", "witness", "canonical")  # grpo.guidance
 OLD_LOGPROBS = ("recompute", "sampler")  # grpo.old_logprobs
+
+
+@dataclasses.dataclass(frozen=True)
+class StepSettings:
+    """What one GRPO step reads of the config: the `grpo` section's batch, selection, guidance
+    and advantage settings, the rollout's decoding (`rollout.*`) and the run's seed (the
+    sampling seed of each round and the shuffle control's). The schema checks the values
+    (`GUIDANCE`, `OLD_LOGPROBS`: legal values this module owns)."""
+
+    prompts: int
+    group_size: int
+    dynamic_sampling: bool
+    dynamic_sampling_rounds: int
+    informative: str
+    guidance: str
+    scale_rewards: str
+    control: str
+    old_logprobs: str
+    num_iterations: int
+    beta: float
+    max_new_tokens: int
+    temperature: float
+    top_k: int
+    top_p: float
+    seed: int
+
+    @classmethod
+    def from_config(cls, config) -> StepSettings:
+        """The slice of a run config (`grpo`, `rollout`, `seed`)."""
+        g, r = config.grpo, config.rollout
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(
+            **{k: g[k] for k in names if k in g},
+            **{k: r[k] for k in ("max_new_tokens", "temperature", "top_k", "top_p")},
+            seed=config.seed,
+        )
+
+    @property
+    def rounds(self) -> int:
+        """Sampling rounds a step may take (one without dynamic sampling)."""
+        return 1 + self.dynamic_sampling_rounds if self.dynamic_sampling else 1
 
 
 class StepOutput(NamedTuple):
@@ -50,29 +93,27 @@ def trajectory_point(drawn: Rollouts, metrics: dict) -> dict:
     }
 
 
-def sample_rounds(policy, config, params, boards: Sequence[dict], step: int, weights, global_step: int):
+def sample_rounds(policy, g: StepSettings, params, boards: Sequence[dict], step: int, weights, global_step: int):
     """(rounds after guidance, rounds as drawn, [G] informative mask per round): rounds stop once
     `grpo.prompts` informative groups were found (one round without dynamic sampling)."""
-    c, g = config, config.grpo
-    p = g.prompts
-    per_step = 1 + g.dynamic_sampling_rounds
+    p, per_step = g.prompts, 1 + g.dynamic_sampling_rounds
     rounds, drawn, informative = [], [], []
-    for round_ in range(per_step if g.dynamic_sampling else 1):
+    for round_ in range(g.rounds):
         start = (step * per_step + round_) * p
         ro = policy.rollout(
             params,
             boards[start : start + p],
             n=g.group_size,
-            max_new_tokens=c.rollout.max_new_tokens,
+            max_new_tokens=g.max_new_tokens,
             reward_weights=weights,
-            temperature=c.rollout.temperature,
-            top_k=c.rollout.top_k,
-            top_p=c.rollout.top_p,
-            seed=c.seed * 1_000_003 + global_step * 17 + round_,
+            temperature=g.temperature,
+            top_k=g.top_k,
+            top_p=g.top_p,
+            seed=g.seed * 1_000_003 + global_step * 17 + round_,
         )
         drawn.append(ro)
         if g.guidance != "none":
-            ro = guide(policy, ro, g.group_size, c.rollout.max_new_tokens, weights)
+            ro = guide(policy, ro, g.group_size, g.max_new_tokens, weights)
         rounds.append(ro)
         informative.append(grpo.informative_groups(ro.terms, ro.rewards, g.group_size, g.informative))
         if sum(m.sum() for m in informative) >= p:
@@ -80,11 +121,10 @@ def sample_rounds(policy, config, params, boards: Sequence[dict], step: int, wei
     return rounds, drawn, informative
 
 
-def grpo_step(policy, trainer, config, state, ref, boards, step: int, weights, global_step: int) -> StepOutput:
+def grpo_step(policy, trainer, g: StepSettings, state, ref, boards, step: int, weights, global_step: int) -> StepOutput:
     """One GRPO update of `trainer` from `policy`'s rollouts of `boards` (see the module
     docstring); `ref`: the reference params (used when grpo.beta > 0)."""
-    c, g = config, config.grpo
-    rounds, drawn, informative = sample_rounds(policy, c, state.params, boards, step, weights, global_step)
+    rounds, drawn, informative = sample_rounds(policy, g, state.params, boards, step, weights, global_step)
     ro, signal = rounds[-1], None
     if g.dynamic_sampling:
         picks = grpo.select_groups(informative, g.prompts)
@@ -101,7 +141,7 @@ def grpo_step(policy, trainer, config, state, ref, boards, step: int, weights, g
         g.scale_rewards,
         signal=signal,
         control=g.control,
-        seed=c.seed * 1_000_003 + global_step,
+        seed=g.seed * 1_000_003 + global_step,
     )
     batch = ro.batch() | {"advantages": adv, "sampler_logps": ro.logprobs, "sampled": ~ro.guided}
     if g.old_logprobs == "sampler":

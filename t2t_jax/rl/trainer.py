@@ -1,6 +1,6 @@
 """One jitted, sharded update: micro-batches, exact gradient accumulation, AdamW, NaN guard.
 
-    trainer = Trainer(model, config)          # config: optim / train / grpo sections
+    trainer = Trainer(model, TrainSettings.from_config(config))
     state = trainer.init()                    # TrainState(params, opt_state, step)
     batch = trainer.shard(batch)              # host arrays -> global arrays on the mesh
     state, metrics = trainer.update(state, batch)
@@ -10,6 +10,8 @@ A batch is a dict of arrays with a leading batch axis B: `prompt_ids`, `prompt_m
 token), and for GRPO `advantages` [B], `old_logps` [B, C] (or absent: on-policy, the current
 log-probs with the gradient stopped) and `ref_logps` [B, C] (when beta != 0).
 
+The Trainer reads only its typed slice of the config, `TrainSettings` (the `optim` section as
+`OptimSettings`, `train.*`, `rollout.temperature` and grpo's loss as `grpo.LossSettings`).
 With `train.share_prompts`, GRPO rows come in groups of `grpo.group_size` with one prompt, and
 each prompt's forward runs once for its group (`completion_logprobs`). The batch is cut into
 `micro_batches` strided slices (row i, or group i, goes to slice i mod M, so every slice spans
@@ -23,6 +25,7 @@ skips the update (optax.apply_if_finite) and counts it; `check_finite` raises af
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import chex
@@ -41,6 +44,63 @@ class TrainingError(RuntimeError):
     pass
 
 
+@dataclasses.dataclass(frozen=True)
+class OptimSettings:
+    """The optimizer (`optim.*`): AdamW with global-norm clipping, linear warmup and cosine decay."""
+
+    learning_rate: float
+    warmup_steps: int
+    decay_steps: int
+    end_lr_fraction: float
+    b1: float
+    b2: float
+    weight_decay: float
+    max_grad_norm: float
+
+    @classmethod
+    def from_config(cls, optim) -> OptimSettings:
+        """From the config's `optim` section (a ConfigDict or mapping)."""
+        return cls(**{f.name: optim[f.name] for f in dataclasses.fields(cls)})
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainSettings:
+    """What a Trainer reads of the config.
+
+    optim: the optimizer; micro_batches: slices of each batch (`train.micro_batches`);
+    max_bad_steps: non-finite updates in a row before `check_finite` raises; logprob_chunk:
+    tokens per chunk of the vocabulary projection; temperature: the sampling temperature
+    (`rollout.temperature`: GRPO log-probs are taken at it); loss: grpo's policy loss settings;
+    group_size, share_prompts: GRPO rows come in groups of `group_size` sharing one prompt's
+    forward when `share_prompts`.
+    """
+
+    optim: OptimSettings
+    loss: grpo.LossSettings
+    micro_batches: int = 1
+    max_bad_steps: int = 5
+    logprob_chunk: int = 1024
+    temperature: float = 1.0
+    group_size: int = 1
+    share_prompts: bool = False
+
+    @classmethod
+    def from_config(cls, config, optim: OptimSettings | None = None) -> TrainSettings:
+        """The slice of a run config (`optim`, `train`, `rollout.temperature`, `grpo`); `optim`
+        replaces the config's optimizer (the SFT phase's, rl/warm_start.py)."""
+        t = config.train
+        return cls(
+            optim=OptimSettings.from_config(config.optim) if optim is None else optim,
+            loss=grpo.LossSettings.from_config(config.grpo),
+            micro_batches=t.micro_batches,
+            max_bad_steps=t.max_bad_steps,
+            logprob_chunk=t.logprob_chunk,
+            temperature=config.rollout.temperature,
+            group_size=config.grpo.group_size,
+            share_prompts=bool(t.get("share_prompts", False)),
+        )
+
+
 @chex.dataclass
 class TrainState:
     params: Any
@@ -48,7 +108,7 @@ class TrainState:
     step: chex.Array
 
 
-def learning_rate_schedule(optim):
+def learning_rate_schedule(optim: OptimSettings):
     """Linear warmup to `learning_rate` over `warmup_steps` updates, then cosine decay to
     `end_lr_fraction` of it by update `decay_steps`. Update 0 already moves: it runs at
     learning_rate / warmup_steps (optax's schedule is read one count ahead; its own value at
@@ -63,7 +123,7 @@ def learning_rate_schedule(optim):
     return lambda count: schedule(count + 1)
 
 
-def make_optimizer(optim, max_bad_steps: int = 5) -> optax.GradientTransformation:
+def make_optimizer(optim: OptimSettings, max_bad_steps: int = 5) -> optax.GradientTransformation:
     """Global-norm clipping + AdamW (norm weights not decayed), skipping non-finite updates."""
 
     def decay_mask(params):
@@ -121,14 +181,9 @@ def _shared_prompt_hidden(model, batch, group: int):
     return jnp.concatenate([spread(h_prompt[:, -1:]), h_completion[:, :-1]], axis=1)
 
 
-def prompt_group(cfg) -> int:
-    """Rows per shared prompt in GRPO batches: `grpo.group_size` when `train.share_prompts`."""
-    return cfg.grpo.group_size if cfg.train.get("share_prompts", False) else 1
-
-
-def _grpo_loss(model, batch, totals, cfg):
+def _grpo_loss(model, batch, totals, settings: TrainSettings, group: int):
     logps, entropies = completion_logprobs(
-        model, batch, cfg.rollout.temperature, cfg.train.logprob_chunk, with_entropy=True, group=prompt_group(cfg)
+        model, batch, settings.temperature, settings.logprob_chunk, with_entropy=True, group=group
     )
     old = batch.get("old_logps")
     old = jax.lax.stop_gradient(logps) if old is None else old
@@ -138,7 +193,7 @@ def _grpo_loss(model, batch, totals, cfg):
         batch.get("ref_logps"),
         batch["advantages"],
         batch["completion_mask"],
-        cfg.grpo,
+        settings.loss,
         totals=totals,
         entropies=entropies,
     )
@@ -166,14 +221,14 @@ def sampler_metrics(logps, sampler_logps, mask, sampled) -> dict:
 MAX_METRICS = ("sampler_logratio_max",)
 
 
-def _sft_loss(model, batch, totals, cfg):
-    logps = completion_logprobs(model, batch, 1.0, cfg.train.logprob_chunk)
+def _sft_loss(model, batch, totals, settings: TrainSettings, group: int):
+    logps = completion_logprobs(model, batch, 1.0, settings.logprob_chunk)
     mask = batch["completion_mask"].astype(jnp.float32)
     nll = -jnp.sum(logps * mask)
     return nll / totals.tokens, {"nll": nll / jnp.maximum(mask.sum(), 1.0)}
 
 
-# name -> (model, micro-batch, Totals of the full batch, config) -> (loss share, metrics)
+# name -> (model, micro-batch, Totals of the full batch, TrainSettings, rows per prompt) -> (loss share, metrics)
 LOSS_FNS = {"grpo": _grpo_loss, "sft": _sft_loss}
 
 
@@ -190,25 +245,20 @@ class Trainer:
 
     Args:
       model: a Qwen3 (its weights, placed on `mesh` when given, are the initial params).
-      config: ConfigDict-like with `optim` (learning_rate, warmup_steps, decay_steps,
-        end_lr_fraction, b1, b2, weight_decay, max_grad_norm), `train` (micro_batches,
-        max_bad_steps, logprob_chunk) and, for GRPO, `grpo` (loss_type, epsilon_low,
-        epsilon_high, beta) and `rollout.temperature` (log-probs at the sampling temperature).
+      settings: the TrainSettings (`TrainSettings.from_config(config)`).
       loss: a name in LOSS_FNS.
       mesh: the device mesh (None: the default device).
-      optim: optimizer settings to use instead of `config.optim` (e.g. the SFT phase's).
     """
 
-    def __init__(self, model, config, loss: str = "grpo", mesh=None, optim=None):
+    def __init__(self, model, settings: TrainSettings, loss: str = "grpo", mesh=None):
         if loss not in LOSS_FNS:
             raise ValueError(f"loss: {loss!r} is not one of {sorted(LOSS_FNS)}")
-        self.config, self.loss, self.mesh = config, loss, mesh
+        self.settings, self.loss, self.mesh = settings, loss, mesh
         self.model_config = getattr(model, "config", None)  # (for model-FLOPs counts)
-        self.group = prompt_group(config) if loss == "grpo" else 1
+        self.group = settings.group_size if loss == "grpo" and settings.share_prompts else 1
         self.graphdef, self.initial_params = nnx.split(model)
-        optim = config.optim if optim is None else optim
-        self.tx = make_optimizer(optim, config.train.max_bad_steps)
-        self.schedule = learning_rate_schedule(optim)
+        self.tx = make_optimizer(settings.optim, settings.max_bad_steps)
+        self.schedule = learning_rate_schedule(settings.optim)
         self._update = jax.jit(self._update_fn, donate_argnums=(0,))
         self._logprobs = jax.jit(self._logprobs_fn)
 
@@ -283,16 +333,16 @@ class Trainer:
     def logprobs(self, params, batch, temperature: float | None = None) -> jax.Array:
         """[B, C] completion log-probs under `params` (at `rollout.temperature` by default),
         micro-batched like the update."""
-        t = self.config.rollout.temperature if temperature is None else temperature
+        t = self.settings.temperature if temperature is None else temperature
         return self._logprobs(params, batch, jnp.float32(t))
 
     def _logprobs_fn(self, params, batch, temperature):
         model = nnx.merge(self.graphdef, params)
-        m = self.config.train.micro_batches
+        m = self.settings.micro_batches
         keys = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")
         micro = {k: _micro(batch[k], m, self.group) for k in keys}
         out = jax.lax.map(
-            lambda mb: completion_logprobs(model, mb, temperature, self.config.train.logprob_chunk, group=self.group),
+            lambda mb: completion_logprobs(model, mb, temperature, self.settings.logprob_chunk, group=self.group),
             micro,
         )
         out = out.reshape((m, -1, self.group, out.shape[-1])).swapaxes(0, 1)
@@ -304,7 +354,7 @@ class Trainer:
         return state, metrics
 
     def _update_fn(self, state, batch):
-        cfg, m = self.config, self.config.train.micro_batches
+        m = self.settings.micro_batches
         b = batch["completion_ids"].shape[0]
         if b % (m * self.group):
             raise ValueError(
@@ -316,7 +366,7 @@ class Trainer:
 
         def loss_of(params, mb):
             model = nnx.merge(self.graphdef, params)
-            return LOSS_FNS[self.loss](model, mb, totals, cfg)
+            return LOSS_FNS[self.loss](model, mb, totals, self.settings, self.group)
 
         grad_fn = jax.value_and_grad(loss_of, has_aux=True)
 
@@ -352,9 +402,9 @@ class Trainer:
     def check_finite(self, metrics: dict) -> None:
         """Raise TrainingError after `max_bad_steps` non-finite updates in a row."""
         bad = int(metrics["bad_in_a_row"])
-        if bad >= self.config.train.max_bad_steps:
+        if bad >= self.settings.max_bad_steps:
             raise TrainingError(
                 f"{bad} updates in a row had a non-finite loss or gradient (train.max_bad_steps = "
-                f"{self.config.train.max_bad_steps}); last loss {float(metrics['loss'])}, grad norm "
+                f"{self.settings.max_bad_steps}); last loss {float(metrics['loss'])}, grad norm "
                 f"{float(metrics['grad_norm'])}. Lower optim.learning_rate or check the rewards."
             )

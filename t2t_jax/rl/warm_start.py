@@ -14,6 +14,7 @@ so a run resumes mid-round; round r > 0 draws its batches with the seed (seed, r
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 from absl import logging
@@ -21,16 +22,19 @@ from tqdm import tqdm
 
 from t2t_jax.env.config import EnvConfig
 from t2t_jax.rl import sft
-from t2t_jax.rl.trainer import Trainer
+from t2t_jax.rl.trainer import OptimSettings, Trainer, TrainSettings
 from t2t_jax.runrecord import RunState
 
 
-def sft_optim(config, steps: int):
+def sft_optim(config, steps: int) -> OptimSettings:
     """The SFT optimizer settings: `optim` with the `sft` rate and warmup, decaying over `steps`."""
     s = config.sft
-    optim = config.optim.copy_and_resolve_references()
-    optim.update(learning_rate=s.learning_rate, warmup_steps=s.warmup_steps, decay_steps=max(steps, 1))
-    return optim
+    return dataclasses.replace(
+        OptimSettings.from_config(config.optim),
+        learning_rate=s.learning_rate,
+        warmup_steps=s.warmup_steps,
+        decay_steps=max(steps, 1),
+    )
 
 
 class SftTrainers:
@@ -44,7 +48,7 @@ class SftTrainers:
     def _trainer(self, extra: bool) -> Trainer:
         s = self.config.sft
         optim = sft_optim(self.config, s.extra_steps if extra else s.steps)
-        return Trainer(self.model, self.config, loss="sft", mesh=self.mesh, optim=optim)
+        return Trainer(self.model, TrainSettings.from_config(self.config, optim), loss="sft", mesh=self.mesh)
 
     def __call__(self, sft_round: int) -> Trainer:
         return self._trainer(sft_round > 0)

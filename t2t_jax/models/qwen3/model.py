@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from t2t_jax import sharding
 from t2t_jax.models import attention as attention_lib
 from t2t_jax.models import paged as paged_lib
 from t2t_jax.models.base import Cache, Kernels
@@ -54,6 +55,7 @@ LAYER_WEIGHTS = {
 }
 GLOBAL_AXES = {"embed": ("vocab", "embed"), "final_norm": ("embed",), "lm_head": ("vocab", "embed")}
 NORMS = ("input_norm", "q_norm", "k_norm", "post_norm")
+CACHE_AXES = ("batch", "kv_heads", None, None)  # a dense cache's k, v [B, KV, T, D]; valid [B, T]: [::2]
 
 
 @chex.dataclass
@@ -327,18 +329,29 @@ class Qwen3(nnx.Module):
         return named_params(self)
 
     def init_cache(self, batch: int, length: int, dtype=None) -> KVCache:
-        """An empty cache for `batch` rows of up to `length` tokens (prompt + new)."""
+        """An empty cache for `batch` rows of up to `length` tokens (prompt + new); under a mesh,
+        placed as the activations are (rows over the data axes, KV heads over `tensor`), so each
+        device holds its share of k and v [batch, kv_heads, length, head_dim], not all of it."""
         c = self.config
         shape = (batch, c.num_key_value_heads, length, c.head_dim)
         dtype = dtype or self.dtype
-        zeros = lambda: tuple(jnp.zeros(shape, dtype) for _ in range(c.num_hidden_layers))  # noqa: E731
+
+        def zeros():
+            return tuple(self._placed(jnp.zeros(shape, dtype), CACHE_AXES) for _ in range(c.num_hidden_layers))
+
         return KVCache(
             k=zeros(),
             v=zeros(),
-            valid=jnp.zeros((batch, length), bool),
-            next_pos=jnp.zeros((batch,), jnp.int32),
+            valid=self._placed(jnp.zeros((batch, length), bool), CACHE_AXES[::2]),
+            next_pos=self._placed(jnp.zeros((batch,), jnp.int32), CACHE_AXES[:1]),
             index=jnp.int32(0),
         )
+
+    def _placed(self, x, axes: tuple):
+        """`x` with a sharding constraint of logical `axes` on the model's mesh (as is on one device)."""
+        if self.mesh is None or self.mesh.size == 1:
+            return x
+        return jax.lax.with_sharding_constraint(x, sharding.param_sharding(axes, x.shape, self.mesh))
 
     def init_paged_cache(self, slots: int, pages: int, page_size: int, pages_per_slot: int, dtype=None) -> PagedKV:
         """An empty paged cache (models/paged.py): `pages` pages of `page_size` tokens per layer
