@@ -186,6 +186,7 @@ class Engine:
         layers = self._layers(self.graphdef, state)
         prefilled = {}  # prompt -> (prefill output, its row there), while samples wait
         calls = useful = 0
+        self.stats = {"decode_calls": 0}  # (the call's so far: a call stopped by `check` keeps its count)
         while sched.busy():
             if check is not None:
                 check()
@@ -214,6 +215,7 @@ class Engine:
             )
             done, step, made = (to_host(x) for x in (s.done, s.step, made))
             calls, useful = calls + 1, useful + int(made)
+            self.stats["decode_calls"] = calls
             finished = sched.advance(step, done)
             if len(finished):
                 which = np.full(self.slots, self.slots, np.int32)
@@ -223,7 +225,7 @@ class Engine:
                 out_tokens[done_rows] = tok[:, :width]
                 out_logprobs[done_rows] = lp[:, :width]
                 lengths[done_rows], stopped[done_rows] = made, stop
-        self.stats = {  # (the last call's)
+        self.stats = {  # (the last call's, complete)
             "decode_calls": calls,
             "useful_tokens": useful - sched.recomputed,
             "preempted": sched.preempted,
