@@ -4,15 +4,18 @@
         --arms=grpo,shuffle,fixed,random,frontier,learnability [--reference=grpo] [--config.x=y ...]
 
 For each seed, `launch.main --config.stages=0` runs the warm start once (DIR/warm_start/seed_S);
-then each arm runs over the seeds (so a study stopped part-way holds whole arms), each run a copy
-of its seed's warm start resumed with the arm's overrides (DIR/ARM/seed_S, its log beside it as
-seed_S.log). `--config.key=value` flags go to every run. Runs execute one at a time as
-subprocesses; the study is resumable: a finished run is kept, an interrupted one resumed. At the
-end DIR/study.{md,csv,json,png} hold, for every comparison (each arm against its warm start and
-against the reference), the primary test across training runs (the seeds' per-run differences on
-the same boards: paired t, exact sign-flip, hierarchical bootstrap interval, and the runs needed
-for 80% power at each of `--effects` points), then the arms' means over seeds and the
-board-pooled paired tests, labelled as evaluation noise given the runs
+then each arm runs over the seeds (so a study stopped part-way holds whole arms), each run a copy of
+its seed's warm start resumed with the arm's overrides (DIR/ARM/seed_S, its log beside it as
+seed_S.log). With `--grpo_seeds=0,1,...` each seed's warm start gives one run per GRPO seed
+(`--config.grpo_seed=G`: the GRPO phase's and the curriculum's randomness; DIR/ARM/seed_S_grpo_G,
+run `S.G` in the report): N runs of an arm from one warm start, cheap replicates of the GRPO phase,
+while the warm start's own variance stays the factor `--seeds`. `--config.key=value` flags go to
+every run. Runs execute one at a time as subprocesses; the study is resumable: a finished run is
+kept, an interrupted one resumed. At the end DIR/study.{md,csv,json,png} hold, for every comparison
+(each arm against its warm start and against the reference), the primary test across training runs
+(the seeds' per-run differences on the same boards: paired t, exact sign-flip, hierarchical
+bootstrap interval, and the runs needed for 80% power at each of `--effects` points), then the arms'
+means over seeds and the board-pooled paired tests, labelled as evaluation noise given the runs
 (t2t_jax/evaluation/study.py, t2t_jax/evaluation/run_stats.py).
 
     python -m launch.study --merge=runs/study_s0,runs/study_s1 --workdir=runs/study_s01
@@ -37,6 +40,11 @@ from t2t_jax import cli
 _CONFIG = flags.DEFINE_string("config", "configs/stage.py", "The stage-loop config file of every run.")
 _ARMS = flags.DEFINE_string("arms", "grpo,shuffle", "Comma-separated arms (see the module docstring).")
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds; each has its own warm start.")
+_GRPO_SEEDS = flags.DEFINE_list(
+    "grpo_seeds",
+    [],
+    "GRPO seeds (config.grpo_seed): each seed's warm start gives one run per GRPO seed (empty: one run per seed).",
+)
 _WORKDIR = flags.DEFINE_string("workdir", "runs/study", "The study's directory.")
 _REFERENCE = flags.DEFINE_string("reference", "", "The arm the others are compared with (default: the first).")
 _DRY = flags.DEFINE_bool("dry_run", False, "Print the runs' commands and stop.")
@@ -45,6 +53,7 @@ _EFFECTS = flags.DEFINE_list(
     "effects", ["1", "2", "5"], "Differences (points, in (0, 100]) for which the report gives the runs needed."
 )
 cli.int_list("seeds", 0, 2**32 - 1)
+cli.int_list("grpo_seeds", 0, 2**32 - 1)
 
 
 def _effects_ok(values) -> bool:
@@ -157,28 +166,32 @@ def main(argv):
         )
         for s in seeds
     ]
+    grpo_seeds = [int(g) for g in _GRPO_SEEDS.value] or [None]
     for arm, overrides in arms.items():
         # The arm's own fields may differ from the warm start's (recorded in the run's history.jsonl).
-        allow = [f"--allow_changes={','.join(o.split('=', 1)[0] for o in overrides)}"] if overrides else []
+        changed = [o.split("=", 1)[0] for o in overrides] + (["grpo_seed"] if grpo_seeds != [None] else [])
+        allow = [f"--allow_changes={','.join(changed)}"] if changed else []
         for s in seeds:
-            workdir = os.path.join(root, arm, f"seed_{s}")
-            plan.append(
-                (
-                    arm,
-                    s,
-                    workdir,
-                    warm[s],
-                    base
-                    + [
-                        f"--workdir={workdir}",
-                        "--resume",
-                        *allow,
-                        f"--config.seed={s}",
-                        *common,
-                        *(f"--config.{o}" for o in overrides),
-                    ],
+            for g in grpo_seeds:
+                workdir = os.path.join(root, arm, study.run_name(s, g))
+                plan.append(
+                    (
+                        arm,
+                        study.run_key(s, g),
+                        workdir,
+                        warm[s],
+                        base
+                        + [
+                            f"--workdir={workdir}",
+                            "--resume",
+                            *allow,
+                            f"--config.seed={s}",
+                            *([f"--config.grpo_seed={g}"] if g is not None else []),
+                            *common,
+                            *(f"--config.{o}" for o in overrides),
+                        ],
+                    )
                 )
-            )
     from t2t_jax.config import schema
 
     for arm, s, _, _, cmd in plan:  # every run's config, checked before any work

@@ -3,6 +3,7 @@ nothing of t2t_jax).
 
     leaves({"grpo": {"steps": 3}})                       # {"grpo.steps": 3}
     parse_names("statistics, cases", SECTIONS, "engineer.sections")   # ("statistics", "cases")
+    grpo_seed(config)                                    # the GRPO phase's seed (default: seed)
 """
 
 from __future__ import annotations
@@ -35,3 +36,10 @@ def parse_names(spec, legal, field: str) -> tuple[str, ...]:
     if len(set(names)) != len(names):
         raise ValueError(f"{field}: a name appears twice in {spec!r}")
     return names
+
+
+def grpo_seed(config) -> int:
+    """The seed of the GRPO phase and the curriculum (`grpo_seed`; None or absent: the run's
+    `seed`, as before the field existed), separate from the warm start's `seed`."""
+    value = config.get("grpo_seed")
+    return config["seed"] if value is None else value

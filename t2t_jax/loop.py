@@ -3,7 +3,8 @@
     loop.guard(run, fn)           # one unit of work (preemption.Preemption.guard)
     loop.save(run)                # a checkpoint of a RunState and the records beside it
     loop.boards(env, key, num)    # certified boards of an EnvConfig (stoppable between chunks)
-    loop.key(7), loop.key(100, s) # the run's keys: functions of (seed, parts) only
+    loop.key(7)                   # the warm start's keys: functions of (seed, parts) only
+    loop.grpo_key(100, s)         # the GRPO phase's and the curriculum's: of (grpo_seed, parts)
     loop.writer                   # TensorBoard (made at its first write)
 
 A phase is a function `phase(loop, run, ...) -> run` of an explicit `runrecord.RunState`
@@ -19,7 +20,7 @@ from typing import Any
 
 import jax
 
-from t2t_jax import distributed
+from t2t_jax import distributed, fields
 from t2t_jax.env import io
 from t2t_jax.env.certified import CertifiedGenerator
 from t2t_jax.env.config import EnvConfig
@@ -59,11 +60,13 @@ class Loop:
         return self.preemption.guard(run, fn)
 
     def key(self, *parts: int):
-        """The run's key folded with `parts` (a function of (seed, parts) only)."""
-        key = jax.random.key(self.config.seed)
-        for p in parts:
-            key = jax.random.fold_in(key, p)
-        return key
+        """The warm start's key folded with `parts` (a function of (seed, parts) only)."""
+        return _fold(self.config.seed, parts)
+
+    def grpo_key(self, *parts: int):
+        """The GRPO phase's key folded with `parts` (a function of (grpo_seed, parts) only; the
+        same as `key` while grpo_seed is the run's seed, its default)."""
+        return _fold(fields.grpo_seed(self.config), parts)
 
     def boards(self, env: EnvConfig, key, num: int) -> list[dict]:
         """`num` certified boards of `env` (with their optimal plans), as JSON-ready dicts; the
@@ -84,3 +87,10 @@ class Loop:
                 out += [b for part in distributed.from_every_host(mine) for b in part]
                 r += 1
             return out[:num]
+
+
+def _fold(seed: int, parts) -> jax.Array:
+    key = jax.random.key(seed)
+    for p in parts:
+        key = jax.random.fold_in(key, p)
+    return key

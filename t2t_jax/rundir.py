@@ -42,7 +42,7 @@ from t2t_jax.env import io
 from t2t_jax.errors import UserError
 
 # Fields whose change alters what the run computes (a prefix covers its section).
-MATH_FIELDS = ("seed", "env", "model", "rollout", "grpo", "optim", "sft", "train", "rewards", "mesh")
+MATH_FIELDS = ("seed", "grpo_seed", "env", "model", "rollout", "grpo", "optim", "sft", "train", "rewards", "mesh")
 LOCK, CONFIG, HISTORY = ".lock", "config.json", "history.jsonl"
 HEARTBEAT_S, STALE_S = 30.0, 180.0  # the object-storage lock's heartbeat, and the age that makes it stale
 

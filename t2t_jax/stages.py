@@ -33,7 +33,7 @@ import jax
 import numpy as np
 from absl import logging
 
-from t2t_jax import distributed, models, storage
+from t2t_jax import distributed, fields, models, storage
 from t2t_jax import sharding as shd
 from t2t_jax.checkpoint import Checkpointer, CheckpointError
 from t2t_jax.engineer.context import build_account
@@ -144,7 +144,7 @@ class StageRunner:
                 run = warm_start(self.loop, run, self.sft_trainers).replace(phase="warm", step=0)
             if run.record.phase == "warm":
                 run = self.save(self.loop.guard(run, lambda: self._warm_point(run, first_boards, monitor)))
-            engineer = Engineer(c.engineer, self.policy, base_params=self.base_params(run), seed=c.seed)
+            engineer = Engineer(c.engineer, self.policy, base_params=self.base_params(run), seed=fields.grpo_seed(c))
             while run.record.stage < c.stages:
                 self.timer.reset()
                 started = time.time()
@@ -196,7 +196,7 @@ class StageRunner:
         c, s = self.config, run.record.stage
         env_config, weights = EnvConfig.from_json(run.record.history[-1]), run.record.weights[-1]
         global_step = (s + 1) * c.grpo.steps
-        heldout = self.loop.boards(env_config, self.loop.key(200, s), c.eval.heldout)
+        heldout = self.loop.boards(env_config, self.loop.grpo_key(200, s), c.eval.heldout)
         ro = self.evaluator.evaluate(run.train.params, heldout, f"held-out {s}")
         history = [a.history_entry() for a in run.record.accounts]
         account = build_account(

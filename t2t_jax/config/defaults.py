@@ -12,6 +12,9 @@ from t2t_jax.rl.rewards import ACCURACY_FIRST
 def base() -> mlc.ConfigDict:
     c = mlc.ConfigDict()
     c.seed = 0
+    # The GRPO phase's and the curriculum's seed (training boards, rollouts, held-out boards, the
+    # engineer); None: `seed`. Runs that differ only in it share one warm start (launch.study --grpo_seeds).
+    c.grpo_seed = mlc.config_dict.placeholder(int)
     c.stages = 3
     # JAX's persistent compilation cache (reruns and resumes skip XLA compilation); "": off.
     c.compilation_cache = "~/.cache/t2t_jax/jax"

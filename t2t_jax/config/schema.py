@@ -142,6 +142,7 @@ def fields() -> dict[str, Spec]:
     rate = real(0.0, lo_open=True)
     out = {
         "seed": integer(0),
+        "grpo_seed": integer(0, optional=True),
         "stages": integer(0),
         "compilation_cache": TEXT,
         "model.preset": choice(*PRESETS),

@@ -99,6 +99,34 @@ def parse_arms(spec: str) -> dict[str, tuple[str, ...]]:
     return arms
 
 
+def run_name(seed: int, grpo_seed: int | None = None) -> str:
+    """A run's directory under DIR/ARM: `seed_S`, or `seed_S_grpo_G` for GRPO seed G of seed S's
+    warm start (launch.study --grpo_seeds)."""
+    return f"seed_{seed}" if grpo_seed is None else f"seed_{seed}_grpo_{grpo_seed}"
+
+
+def run_key(seed: int, grpo_seed: int | None = None) -> int | str:
+    """A run's key in results[arm]: the seed, or "S.G" for GRPO seed G of seed S's warm start."""
+    return seed if grpo_seed is None else f"{seed}.{grpo_seed}"
+
+
+def parse_run_name(name: str) -> int | str | None:
+    """`run_name`'s inverse as a `run_key` (None for any other name)."""
+    parts = name.split("_")
+    if parts[0] != "seed" or not all(p.isdigit() for p in parts[1::2]):
+        return None
+    if len(parts) == 2:
+        return run_key(int(parts[1]))
+    if len(parts) == 4 and parts[2] == "grpo":
+        return run_key(int(parts[1]), int(parts[3]))
+    return None
+
+
+def run_order(keys) -> list:
+    """Run keys in order: by seed, then GRPO seed."""
+    return sorted(keys, key=lambda k: tuple(int(x) for x in str(k).split(".")))
+
+
 def finished(workdir: str) -> bool:
     """A run is finished when its results.json ends with the last stage of its config (config.json
     with its resumes' changes)."""
@@ -132,11 +160,11 @@ def collect(directories: list[str]) -> dict:
             for name in sorted(os.listdir(os.path.join(directory, arm))):
                 run = os.path.join(directory, arm, name)
                 path = os.path.join(run, "results.json")
-                if not (name.startswith("seed_") and name[5:].isdigit() and os.path.isfile(path)):
+                seed = parse_run_name(name)
+                if seed is None or not os.path.isfile(path):
                     continue
                 if os.path.isfile(os.path.join(run, "config.json")) and not finished(run):
                     continue  # a run still going (or stopped part-way): its last point is not the end
-                seed = int(name[5:])
                 if seed in results.get(arm, {}):
                     raise ValueError(f"--merge: arm {arm!r} seed {seed} is in both {where[arm, seed]} and {path}")
                 with open(path) as f:
@@ -144,7 +172,7 @@ def collect(directories: list[str]) -> dict:
                 where[arm, seed] = path
     if not results:
         raise ValueError(f"--merge: no ARM/seed_S/results.json under {directories}")
-    for seed in sorted({s for by_seed in results.values() for s in by_seed}):
+    for seed in run_order({s for by_seed in results.values() for s in by_seed}):
         starts = {arm: by_seed[seed][0]["board_valid"] for arm, by_seed in results.items() if seed in by_seed}
         if len(set(starts.values())) > 1:
             first = next(iter(starts))
@@ -161,7 +189,7 @@ def complete_arms(results: dict, reference: str) -> tuple[dict, list[str]]:
     in ARMS order; the names of the arms that do not)."""
     seeds = set(results[reference])
     order = sorted(results, key=lambda a: (a != reference, list(ARMS).index(a) if a in ARMS else len(ARMS), a))
-    keep = {arm: {s: results[arm][s] for s in sorted(seeds)} for arm in order if seeds <= set(results[arm])}
+    keep = {arm: {s: results[arm][s] for s in run_order(seeds)} for arm in order if seeds <= set(results[arm])}
     return keep, sorted(set(results) - set(keep))
 
 
@@ -223,11 +251,11 @@ def summarize(results: dict, reference: str, effects=run_stats.EFFECTS) -> dict:
     (fractions) are the differences of the power table."""
     if reference not in results:
         raise ValueError(f"--reference: {reference!r} is not one of the arms {sorted(results)}")
-    seeds = sorted(results[reference])
+    seeds = run_order(results[reference])
     arms = {}
     for arm, by_seed in results.items():
-        if sorted(by_seed) != seeds:
-            raise ValueError(f"arm {arm!r} has seeds {sorted(by_seed)}, the reference {seeds}")
+        if run_order(by_seed) != seeds:
+            raise ValueError(f"arm {arm!r} has seeds {run_order(by_seed)}, the reference {seeds}")
         last = [by_seed[s][-1] for s in seeds]
         first = [by_seed[s][0] for s in seeds]
         vs_warm = _pooled(first, last)

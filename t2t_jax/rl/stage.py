@@ -1,7 +1,7 @@
 """The GRPO phase of one stage: `train_stage(loop, run, trainer) -> run`.
 
 The stage's EnvConfig (the last of `run.record.history`) gives a pool of certified boards (the
-key (seed, 100, stage)), then `grpo.steps` GRPO steps (rl/step.py) from the cursor
+key (grpo_seed, 100, stage)), then `grpo.steps` GRPO steps (rl/step.py) from the cursor
 `run.record.step`, each one unit of work (a stop inside a step's rollouts redoes the step on
 resume), checkpointed every `checkpoint.every` steps; each step adds a point to the run's
 trajectory (the engineer's account reads it) and its scalars to TensorBoard.
@@ -26,7 +26,7 @@ def train_stage(loop, run: RunState, trainer) -> RunState:
     settings = StepSettings.from_config(c)
     env_config = EnvConfig.from_json(run.record.history[-1])
     need = c.grpo.steps * c.grpo.prompts * (1 + c.grpo.dynamic_sampling_rounds)
-    pool = loop.guard(run, lambda: loop.boards(env_config, loop.key(100, s), need))
+    pool = loop.guard(run, lambda: loop.boards(env_config, loop.grpo_key(100, s), need))
     if c.grpo.guidance == "canonical":
         pool = sft.canonical_plans(pool, env_config.max_size, env_config.max_agents)
     start = run.record.step

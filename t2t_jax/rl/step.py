@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
+from t2t_jax import fields
 from t2t_jax.models.qwen3.presets import Qwen3Config
 from t2t_jax.perf import PhaseTimer, model_flops
 from t2t_jax.rl import grpo
@@ -35,8 +36,9 @@ OLD_LOGPROBS = ("recompute", "sampler")  # grpo.old_logprobs
 @dataclasses.dataclass(frozen=True)
 class StepSettings:
     """What one GRPO step reads of the config: the `grpo` section's batch, selection, guidance
-    and advantage settings, the rollout's decoding (`rollout.*`) and the run's seed (the
-    sampling seed of each round and the shuffle control's). The schema checks the values
+    and advantage settings, the rollout's decoding (`rollout.*`) and the GRPO phase's seed
+    (`grpo_seed`, default the run's seed: the sampling seed of each round and the shuffle
+    control's). The schema checks the values
     (`GUIDANCE`, `OLD_LOGPROBS`: legal values this module owns)."""
 
     prompts: int
@@ -58,13 +60,13 @@ class StepSettings:
 
     @classmethod
     def from_config(cls, config) -> StepSettings:
-        """The slice of a run config (`grpo`, `rollout`, `seed`)."""
+        """The slice of a run config (`grpo`, `rollout`, `grpo_seed`)."""
         g, r = config.grpo, config.rollout
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(
             **{k: g[k] for k in names if k in g},
             **{k: r[k] for k in ("max_new_tokens", "temperature", "top_k", "top_p")},
-            seed=config.seed,
+            seed=fields.grpo_seed(config),
         )
 
     @property
