@@ -41,7 +41,7 @@ from t2t_jax.engineer.engineer import Engineer, Proposal
 from t2t_jax.env import io
 from t2t_jax.env.config import EnvConfig
 from t2t_jax.evaluation import benchmark
-from t2t_jax.evaluation.points import MONITOR_KEY, EvalSettings, Evaluator
+from t2t_jax.evaluation.points import MONITOR_KEY, TARGET_KEY, EvalSettings, Evaluator
 from t2t_jax.logging import SummaryWriter
 from t2t_jax.loop import Loop
 from t2t_jax.perf import PhaseTimer, time_line
@@ -80,6 +80,7 @@ class StageRunner:
         self.model = models.build(c.model, c.seed, self.mesh)
         self.preemption = Preemption(self._stop)
         self.timer = PhaseTimer()  # where each stage's time goes (t2t_jax/perf.py)
+        self.target: list[dict] = []  # eval.target's boards (drawn by run())
         r = c.rollout
         sampler = make_sampler(
             self.model,
@@ -140,6 +141,7 @@ class StageRunner:
             first_boards = benchmark.benchmark_boards(c.eval.per_cell)
             mid_boards = benchmark.benchmark_boards(c.eval.mid_per_cell)
             monitor = self.loop.guard(run, self.monitor_boards) if c.eval.monitor else []
+            self.target = self.loop.guard(run, self.target_boards) if c.eval.get("target") else []
             if run.record.phase == "sft":
                 run = warm_start(self.loop, run, self.sft_trainers).replace(phase="warm", step=0)
             if run.record.phase == "warm":
@@ -178,6 +180,11 @@ class StageRunner:
         """The training-distribution monitor: `eval.monitor` boards of env.initial, one fixed draw."""
         return self.loop.boards(self.first, jax.random.key(MONITOR_KEY), self.config.eval.monitor)
 
+    def target_boards(self) -> list[dict]:
+        """The target distribution: `eval.target_boards` boards of eval.target, one fixed draw."""
+        c = self.config
+        return self.loop.boards(EnvConfig.from_json(c.eval.target), jax.random.key(TARGET_KEY), c.eval.target_boards)
+
     # ---- phases of the driver ------------------------------------------------------------------
     def _warm_point(self, run: RunState, boards, monitor) -> RunState:
         """The first evaluation point, then the GRPO phase's start: a fresh optimizer at the warm
@@ -213,7 +220,8 @@ class StageRunner:
         run = run.replace(accounts=[*run.record.accounts, account])
         self._log_failures(global_step, ro)
         last = s == c.stages - 1
-        run = self._point(run, f"stage_{s}", boards, global_step, monitor, paired=last)
+        summary = {"grpo": grpo_summary([t for t in run.record.trajectory if t["stage"] == s])}
+        run = self._point(run, f"stage_{s}", boards, global_step, monitor, paired=last, extra=summary)
         proposal = None
         if not last:
             self.preemption.check()
@@ -238,7 +246,7 @@ class StageRunner:
     def _point(self, run: RunState, name: str, boards, step: int, monitor, paired=False, extra=None) -> RunState:
         """Evaluation point `name` appended to the record (evaluation/points.py), logged, written."""
         entry, values = self.evaluator.point(
-            name, run.train.params, boards, run.record.results, monitor, paired=paired, extra=extra
+            name, run.train.params, boards, run.record.results, monitor, paired=paired, extra=extra, target=self.target
         )
         self.loop.writer.scalars(step, values)
         run = run.replace(results=[*run.record.results, entry])
@@ -347,3 +355,18 @@ class StageRunner:
             lines.append(f"next config: {json.dumps(proposal.config['buckets'])}")
         lines.append("time: " + time_line(times, seconds))
         print("\n".join(lines), flush=True)
+
+
+def grpo_summary(trajectory: list[dict]) -> dict:
+    """A stage's GRPO steps in brief (its trajectory points, rl/step.py): steps, steps without an
+    update (no group differed), the mean share of informative groups (groups whose accuracy
+    differs: the curriculum's signal) and samples drawn per step (dynamic sampling's cost);
+    None where the points predate the fields."""
+    share = [t["informative_groups"] for t in trajectory if t.get("informative_groups") is not None]
+    drawn = [t["samples"] for t in trajectory if t.get("samples") is not None]
+    return {
+        "steps": len(trajectory),
+        "no_signal": sum(1 for t in trajectory if t.get("no_signal")),
+        "informative_groups": round(float(np.mean(share)), 4) if share else None,
+        "samples_per_step": round(float(np.mean(drawn)), 2) if drawn else None,
+    }

@@ -242,6 +242,9 @@ def fields() -> dict[str, Spec]:
         "eval.monitor_samples": integer(1),
         "eval.ood": names(OOD),
         "eval.ood_per_cell": integer(1, 50, optional=True),
+        "eval.target": Spec("'' (none) or " + ENV_JSON.legal, lambda v: v == "" or _env_json(v)),
+        "eval.target_boards": integer(1),
+        "eval.target_samples": integer(1),
         "eval.decoding": choice(*DECODINGS),
         "eval.temperature": real(0.0, lo_open=True),
         "eval.top_p": real(0.0, 1.0, lo_open=True),
@@ -317,6 +320,14 @@ def _cross_checks(v: dict) -> None:
             )
     if "env.initial" in v and "engineer.agent_range" in v:
         max_agents = json.loads(v["env.initial"]).get("max_agents", 5)
+    if get("eval.target") and "env.initial" in v:
+        target, first = json.loads(v["eval.target"]), json.loads(v["env.initial"])
+        for key, default in (("max_size", 10), ("max_agents", 5)):
+            if target.get(key, default) != first.get(key, default):
+                raise ConfigError(
+                    f"eval.target: its {key} {target.get(key, default)} differs from env.initial's "
+                    f"{first.get(key, default)} (the policy's prompts and plans are shaped by env.initial)"
+                )
         lo, hi = v["engineer.agent_range"]
         if hi > max_agents:
             raise ConfigError(f"engineer.agent_range: {[lo, hi]} goes above env.initial's max_agents {max_agents}")

@@ -7,13 +7,17 @@ A point is greedy decoding of the benchmark boards (`benchmark.results_entry`), 
 with `eval.samples`, avg@k on the training-distribution monitor with `eval.monitor_samples`
 (paired with the run's first point: `monitor_vs_first`), and at the last point the paired change
 on the benchmark since the first point (`vs_first`) and the out-of-distribution sets of
-`eval.ood`. Every evaluation of a run draws the same random numbers (the run's seed alone), so
+`eval.ood`; with `eval.target`, avg@k with its standard error on a fixed board set of a target
+distribution the curriculum does not train on (`target`, paired: `target_vs_first`). Every
+evaluation of a run draws the same random numbers (the run's seed alone, not its grpo_seed), so
 two points differ only where the policy does.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import statistics
 from collections.abc import Callable, Sequence
 
 from t2t_jax.evaluation import benchmark, decoding, sets
@@ -22,6 +26,8 @@ from t2t_jax.perf import PhaseTimer
 
 # The monitor's boards: one fixed draw from env.initial, the same for every seed and arm.
 MONITOR_KEY = 20261202
+# The target's boards: one fixed draw from eval.target, the same for every seed and arm.
+TARGET_KEY = 20261207
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -38,6 +44,9 @@ class Point(JsonRecord):
         "board_optimal",
         "boards_digest",
         "decoding",
+        "target",
+        "target_vs_first",
+        "grpo",
     )
 
     point: str  # "warm_start" / "initial", "stage_0", ...
@@ -56,6 +65,9 @@ class Point(JsonRecord):
     board_optimal: str | None = None  # one "0"/"1" per board, as board_valid (absent in older runs)
     boards_digest: str | None = None  # benchmark.boards_digest of the boards scored
     decoding: dict | None = None  # how the table was decoded (decoding.record; absent: greedy, older runs)
+    target: dict | None = None  # avg@k on the target boards (eval.target), with se_avg_valid
+    target_vs_first: dict | None = None  # paired change on the target since the first point
+    grpo: dict | None = None  # the stage's GRPO steps in brief (stages.grpo_summary; stage points)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +82,7 @@ class EvalSettings:
     seed: int
     samples: int = 0  # eval.samples: avg@k on the benchmark boards too (0: greedy only)
     monitor_samples: int = 8  # eval.monitor_samples
+    target_samples: int = 8  # eval.target_samples
     ood: tuple[str, ...] = ()  # eval.ood, parsed
     ood_per_cell: int | None = None  # eval.ood_per_cell
     # the table's decoding (eval.decoding, decoding.resolve); a sampling one draws eval.samples too
@@ -87,6 +100,7 @@ class EvalSettings:
             seed=c.seed,
             samples=c.eval.samples,
             monitor_samples=c.eval.monitor_samples,
+            target_samples=c.eval.get("target_samples", 8),
             ood=sets.parse_ood(c.eval.ood),
             ood_per_cell=c.eval.ood_per_cell,
             decoding=decoding.resolve(e.decoding, e.temperature, e.top_p, e.top_k),
@@ -165,10 +179,12 @@ class Evaluator:
         monitor: Sequence[dict] = (),
         paired: bool = False,
         extra: dict | None = None,
+        target: Sequence[dict] = (),
     ) -> tuple[Point, dict]:
         """(the results entry of point `name`, its TensorBoard scalars). `results`: the run's
         earlier points (the first is what this one is paired with); `paired` (the last point):
-        `vs_first` and the OOD sets; `extra`: more keys of the entry."""
+        `vs_first` and the OOD sets; `extra`: more keys of the entry; `monitor`, `target`: their
+        boards (empty: not scored)."""
         s = self.settings
         table = benchmark.table_decoding(s.decoding, s.seed)  # (greedy: {})
         with self.timer.phase("evaluation"):
@@ -189,12 +205,23 @@ class Evaluator:
         if paired and s.ood:  # the last point: the out-of-distribution sets too
             entry["ood"] = benchmark.evaluate_ood(self.policy, params, s.ood, s.ood_per_cell, **table, **self._kw())
             values.update({f"ood/{n}/{k}": e[k] for n, e in entry["ood"].items() for k in ("valid", "optimal")})
-        if monitor:
-            entry["monitor"] = self.sampled(params, monitor, s.monitor_samples, f"monitor {name}")
-            values.update({f"monitor/{k}": entry["monitor"][k] for k in ("avg_valid", "avg_optimal", "pass_valid")})
-            if first is not None and "monitor" in first:
-                entry["monitor_vs_first"] = {
-                    **benchmark.paired_sampled_change(first["monitor"], entry["monitor"]),
+        for key, sampled_boards, k in (("monitor", monitor, s.monitor_samples), ("target", target, s.target_samples)):
+            if not sampled_boards:
+                continue
+            entry[key] = self.sampled(params, sampled_boards, k, f"{key} {name}")
+            if key == "target":
+                entry[key]["se_avg_valid"] = standard_error(entry[key]["board_valid_counts"], k)
+            values.update({f"{key}/{m}": entry[key][m] for m in ("avg_valid", "avg_optimal", "pass_valid")})
+            if first is not None and key in first:
+                entry[f"{key}_vs_first"] = {
+                    **benchmark.paired_sampled_change(first[key], entry[key]),
                     "against": first["point"],
                 }
         return Point.from_json(entry), values
+
+
+def standard_error(counts: Sequence[int], k: int) -> float:
+    """The standard error of avg@k over boards: the SD of the per-board valid rates counts / k
+    (counts: [boards] valid samples of k) over the square root of the boards."""
+    rates = [c / k for c in counts]
+    return round(statistics.stdev(rates) / math.sqrt(len(rates)), 5) if len(rates) > 1 else 0.0

@@ -66,11 +66,17 @@ TESTS = {
     },
 }
 
+# The avg@k metrics of a point beside the benchmark: the monitor (env.initial) and the target (eval.target).
+SAMPLED = ("monitor", "target")
+
 # Named arms: the stage-loop config overrides each stands for.
 ARMS = {
     "grpo": (),
     "shuffle": ("grpo.control=shuffle",),
-    **{kind: (f"engineer.kind={kind}",) for kind in ("self", "fixed", "random", "frontier", "learnability")},
+    **{
+        kind: (f"engineer.kind={kind}",)
+        for kind in ("self", "fixed", "random", "frontier", "learnability", "uniform", "scripted", "scripted_rewrite")
+    },
 }
 
 
@@ -206,16 +212,16 @@ def _interval(values) -> dict:
 def _pooled(entries_a: list[dict], entries_b: list[dict]) -> dict:
     """Paired tests over the (seed, board) pairs of all seeds: monitor avg@k and benchmark greedy."""
     out = {}
-    if all("monitor" in e for e in entries_a + entries_b):
+    for metric in sampled_metrics(entries_a + entries_b):
 
         def cat(es):
             return {
-                "k": es[0]["monitor"]["k"],
+                "k": es[0][metric]["k"],
                 "point": es[0]["point"],
-                "board_valid_counts": sum((e["monitor"]["board_valid_counts"] for e in es), []),
+                "board_valid_counts": sum((e[metric]["board_valid_counts"] for e in es), []),
             }
 
-        out["monitor"] = benchmark.paired_sampled_change(cat(entries_a), cat(entries_b))
+        out[metric] = benchmark.paired_sampled_change(cat(entries_a), cat(entries_b))
     out["benchmark"] = benchmark.paired_change(
         {"point": entries_a[0]["point"], "board_valid": "".join(e["board_valid"] for e in entries_a)},
         {"board_valid": "".join(e["board_valid"] for e in entries_b)},
@@ -224,13 +230,12 @@ def _pooled(entries_a: list[dict], entries_b: list[dict]) -> dict:
 
 
 def _board_diffs(entries_a: list[dict], entries_b: list[dict]) -> dict[str, list[np.ndarray]]:
-    """Per run (seed) the per-board differences b - a on the same boards: {"monitor": n arrays (m,)
-    of avg@k valid (when every entry has the monitor), "benchmark": n arrays (m,) of greedy valid}."""
+    """Per run (seed) the per-board differences b - a on the same boards: {"monitor", "target": n
+    arrays (m,) of avg@k valid (when every entry has it), "benchmark": n arrays (m,) of greedy valid}."""
     out = {}
-    if all("monitor" in e for e in entries_a + entries_b):
-        out["monitor"] = [
-            (np.asarray(b["monitor"]["board_valid_counts"]) - np.asarray(a["monitor"]["board_valid_counts"]))
-            / b["monitor"]["k"]
+    for metric in sampled_metrics(entries_a + entries_b):
+        out[metric] = [
+            (np.asarray(b[metric]["board_valid_counts"]) - np.asarray(a[metric]["board_valid_counts"])) / b[metric]["k"]
             for a, b in zip(entries_a, entries_b)
         ]
     out["benchmark"] = [
@@ -238,6 +243,30 @@ def _board_diffs(entries_a: list[dict], entries_b: list[dict]) -> dict[str, list
         for a, b in zip(entries_a, entries_b)
     ]
     return out
+
+
+def sampled_metrics(entries: list[dict]) -> list[str]:
+    """The avg@k metrics every entry holds: "monitor" (env.initial) and "target" (eval.target)."""
+    return [m for m in SAMPLED if all(m in e for e in entries)]
+
+
+def mechanism(by_seed: dict) -> dict | None:
+    """An arm's GRPO signal over its runs: per run the mean over its stages of the share of
+    informative groups (groups whose accuracy differs, the only ones with an advantage) and of the
+    samples drawn per step (the points' `grpo`, stages.grpo_summary); None for runs that predate it."""
+    runs = []
+    for points in by_seed.values():
+        stages = [p["grpo"] for p in points if (p.get("grpo") or {}).get("informative_groups") is not None]
+        if not stages:
+            return None
+        runs.append(stages)
+    shares = [[g["informative_groups"] for g in st] for st in runs]  # [runs][stages]
+    return {
+        "informative_groups": _interval([np.mean(x) for x in shares]),
+        "per_stage": [round(float(np.mean(x)), 4) for x in zip(*shares)],
+        "samples_per_step": _interval([np.mean([g["samples_per_step"] for g in st]) for st in runs]),
+        "no_signal_steps": _interval([sum(g["no_signal"] for g in st) for st in runs]),
+    }
 
 
 def _runs(entries_a: list[dict], entries_b: list[dict], effects) -> dict:
@@ -267,12 +296,13 @@ def summarize(results: dict, reference: str, effects=run_stats.EFFECTS) -> dict:
             "benchmark_optimal": _interval([e["optimal"] for e in last]),
             "benchmark_vs_warm": vs_warm["benchmark"],
         }
-        if all("monitor" in e for e in last):
-            row["monitor_avg_valid"] = _interval([e["monitor"]["avg_valid"] for e in last])
-            row["monitor_gain"] = _interval(
-                [e["monitor"]["avg_valid"] - f["monitor"]["avg_valid"] for e, f in zip(last, first)]
+        for metric in sampled_metrics(first + last):
+            row[f"{metric}_avg_valid"] = _interval([e[metric]["avg_valid"] for e in last])
+            row[f"{metric}_gain"] = _interval(
+                [e[metric]["avg_valid"] - f[metric]["avg_valid"] for e, f in zip(last, first)]
             )
-            row["monitor_vs_warm"] = vs_warm["monitor"]
+            row[f"{metric}_vs_warm"] = vs_warm[metric]
+        row["mechanism"] = mechanism(by_seed)
         for s, e, f in zip(seeds, last, first):
             seed_row = {
                 "warm_valid": f["valid"],
@@ -280,11 +310,13 @@ def summarize(results: dict, reference: str, effects=run_stats.EFFECTS) -> dict:
                 "optimal": e["optimal"],
                 "vs_warm": e.get("vs_first"),
             }
-            if "monitor" in e:
+            for metric in sampled_metrics([e, f]):
                 seed_row.update(
-                    warm_monitor=f["monitor"]["avg_valid"],
-                    monitor=e["monitor"]["avg_valid"],
-                    monitor_vs_warm=e.get("monitor_vs_first"),
+                    {
+                        f"warm_{metric}": f[metric]["avg_valid"],
+                        metric: e[metric]["avg_valid"],
+                        f"{metric}_vs_warm": e.get(f"{metric}_vs_first"),
+                    }
                 )
             row["per_seed"][str(s)] = seed_row
         if arm != reference:
@@ -295,8 +327,11 @@ def summarize(results: dict, reference: str, effects=run_stats.EFFECTS) -> dict:
                 "per_seed": {str(s): _pooled([r], [e]) for s, r, e in zip(seeds, ref_last, last)},
             }
         arms[arm] = row
-    k = next((e["monitor"]["k"] for e in (results[reference][s][-1] for s in seeds) if "monitor" in e), None)
+    ends = [results[reference][s][-1] for s in seeds]
+    k, target_k = (next((e[m]["k"] for e in ends if m in e), None) for m in SAMPLED)
     summary = {"reference": reference, "seeds": seeds, "monitor_k": k, "tests": TESTS, "arms": arms}
+    if target_k is not None:
+        summary["target_k"] = target_k
     family = [t for _, _, _, t, _ in comparisons(summary) if t["p_value"] is not None]
     for t, p in zip(family, run_stats.holm([t["p_value"] for t in family])):
         t["p_holm"] = round(float(p), 4)  # the paired t, Holm-adjusted over every run-level test here
@@ -321,7 +356,7 @@ def _span(ci) -> str:
 
 def comparisons(summary: dict) -> list[tuple[str, str, str, dict, dict | None]]:
     """Every comparison of the study, run-level test first: (arm, against ("warm start" or the
-    reference), metric ("monitor" or "benchmark"), the run-level test (run_stats.paired_runs), the
+    reference), metric ("monitor", "target" or "benchmark"), the run-level test (run_stats.paired_runs), the
     board-pooled test or None); each arm against its warm start, then each other arm against the
     reference."""
     ref, arms = summary["reference"], summary["arms"]
@@ -476,6 +511,41 @@ def study_markdown(summary: dict, command: str = "") -> str:
         lines.append(
             f"| {arm} | " + " | ".join(mon + [_fmt(r["benchmark_valid"]), _test(r["benchmark_vs_warm"])]) + " |"
         )
+    if any("target_avg_valid" in r for r in arms.values()):
+        lines += [
+            "",
+            f"The target (eval.target: a distribution no arm trains on), avg@{summary.get('target_k')} valid:",
+            "",
+            "| arm | target avg valid | target gain vs warm start | pooled boards vs warm start (target) |",
+            "|---|---|---|---|",
+        ]
+        for arm, r in arms.items():
+            if "target_avg_valid" in r:
+                cells = [_fmt(r["target_avg_valid"]), _fmt(r["target_gain"]), _test(r["target_vs_warm"])]
+                lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    if any(r.get("mechanism") for r in arms.values()):
+        lines += [
+            "",
+            "## Mechanism: the GRPO signal each arm gave",
+            "",
+            "Per run the mean over its stages of the share of informative groups (groups whose accuracy "
+            "differs: the only ones with a non-zero advantage) and of the samples drawn per step (dynamic "
+            "sampling's rollout cost); mean over runs [95% t-interval over runs]; then the share per stage "
+            "(mean over runs). A curriculum helps GRPO by keeping this share high.",
+            "",
+            "| arm | informative groups (%) | per stage (%) | samples per step | steps without an update |",
+            "|---|---|---|---|---|",
+        ]
+        for arm, r in arms.items():
+            m = r.get("mechanism")
+            if not m:
+                continue
+            per_stage = ", ".join(f"{100 * x:.0f}" for x in m["per_stage"])
+            no_signal = m["no_signal_steps"]
+            lines.append(
+                f"| {arm} | {_fmt(m['informative_groups'])} | {per_stage} | {_fmt(m['samples_per_step'], 1.0)} | "
+                f"{_fmt(no_signal, 1.0)} |"
+            )
     lines += [
         "",
         "## Evaluation noise given the runs (secondary): board-pooled and per-seed paired tests",
@@ -540,13 +610,17 @@ def forest_panels(summary: dict) -> list[tuple[str, list[tuple], float]]:
     tests (mean of the per-run differences, 95% t-interval over runs, paired t p, dark at p < 0.05;
     the exact sign-flip p in the note), then the board-pooled tests (evaluation noise given the
     runs, dark at p < 0.01); each arm against the warm start, then each other arm against the
-    reference, monitor and benchmark. Run-level panels are left out with one run."""
+    reference, monitor, target (when scored) and benchmark. Run-level panels are left out with one run."""
     ref, k, n = summary["reference"], summary["monitor_k"], len(summary["seeds"])
-    names = {"monitor": f"monitor avg@{k} valid", "benchmark": "benchmark greedy valid"}
+    names = {
+        "monitor": f"monitor avg@{k} valid",
+        "target": f"target avg@{summary.get('target_k')} valid",
+        "benchmark": "benchmark greedy valid",
+    }
     panels = []
     for kind in ("runs", "pooled"):
         for against in ("warm start", ref):
-            for metric in ("monitor", "benchmark"):
+            for metric in names:
                 rows = []
                 for arm, vs, m, t, pooled in comparisons(summary):
                     if (vs, m) != (against, metric):
@@ -587,6 +661,9 @@ def write_study(directory: str, summary: dict, command: str = "") -> dict:
             "benchmark_p_vs_warm",
             "monitor_diff_vs_reference",
             "benchmark_diff_vs_reference",
+            "warm_target_avg_valid",
+            "target_avg_valid",
+            "target_diff_vs_reference",
         ]
     )
     for arm, r in summary["arms"].items():
@@ -604,6 +681,9 @@ def write_study(directory: str, summary: dict, command: str = "") -> dict:
                     x["optimal"],
                     (x.get("vs_warm") or {}).get("p_value", ""),
                     *(runs[m]["per_run"][i] if m in runs else "" for m in ("monitor", "benchmark")),
+                    x.get("warm_target", ""),
+                    x.get("target", ""),
+                    runs["target"]["per_run"][i] if "target" in runs else "",
                 ]
             )
     paths = {ext: os.path.join(directory, f"study.{ext}") for ext in ("json", "csv", "md")}

@@ -84,12 +84,15 @@ class StepOutput(NamedTuple):
 
 def trajectory_point(drawn: Rollouts, metrics: dict) -> dict:
     """One step in brief for the engineer's account (engineer/context.py TRAJECTORY): the
-    policy's own samples (reward, valid rate, completion tokens) and the update's entropy, KL and
-    clip fractions (None without an update)."""
+    policy's own samples (reward, valid rate, completion tokens, how many were drawn), the share
+    of informative groups over its rounds, and the update's entropy, KL and clip fractions (None
+    without an update)."""
     return {
         "reward": float(np.mean(drawn.rewards)),
         "valid": float(np.mean(drawn.terms["valid"])),
         "tokens": float(np.mean(drawn.lengths)),
+        "samples": len(drawn.texts),
+        "informative_groups": metrics.get("informative_groups"),
         **{k: metrics.get(k) for k in ("entropy", "kl", "clip_low", "clip_high")},
         "no_signal": bool(metrics.get("no_signal", 0.0)),
     }
