@@ -1,6 +1,7 @@
 """The paper-scale run: Qwen3-4B from a local Hugging Face checkpoint, sharded over a mesh,
-groups of 8, thinking on, training on 2-agent boards only (the 3-5-agent benchmark then
-measures transfer), the engineer editing the other axes between stages.
+groups of 8 with dynamic sampling, thinking on (the policy's and the engineer's), training on
+2-agent boards only (the 3-5-agent benchmark then measures transfer), the engineer editing the
+other axes between stages: four stages, so three engineered rounds.
 
     python -m launch.main --config=configs/qwen3_4b.py --config.model.checkpoint=/path/to/Qwen3-4B \
         --workdir=gs://bucket/t2t/run1
@@ -59,12 +60,31 @@ def get_config(arg: str = ""):
         chunk=32,
     )
     c.sft.steps = 0
-    c.grpo.update(steps=100, prompts=32, group_size=8, loss_type="dapo", beta=0.0)
+    # Dynamic sampling on, 4 rounds of draws at most. The base model solves these boards 2-15% of the
+    # time; a group of 8 carries signal with probability 1-(1-p)^8-p^8: 0.15, 0.34, 0.57, 0.73 at
+    # p = 0.02, 0.05, 0.10, 0.15 (less where rates differ between boards). Without it an update of 32
+    # groups holds 4.8-23 informative ones, and `dapo` divides by every row's tokens, so the step
+    # shrinks with that share (up to 5x between stages as the engineer moves the difficulty). With it:
+    # 19 (p = 0.02; 4 rounds, then filled at advantage 0) to 32 informative groups an update, at 4.0,
+    # 3.4, 2.1, 2.0 rounds of generation (1.2 at the frontier, p = 0.5). docs/grpo.md.
+    c.grpo.update(
+        steps=100,
+        prompts=32,
+        group_size=8,
+        loss_type="dapo",
+        beta=0.0,
+        dynamic_sampling=True,
+        dynamic_sampling_rounds=3,
+    )
     c.optim.update(learning_rate=1e-6, warmup_steps=10, decay_steps=300)
     # share_prompts off: prompts are ~300 of up to ~8,500 tokens here (little to save), and the
     # cached forward holds every row's keys/values for the layer scan.
     c.train.update(micro_batches=8, logprob_chunk=512, share_prompts=False)
-    c.engineer.update(agent_range=(2, 2), failure_cases=8)
+    # The engineer thinks (up to 4,096 tokens, then its JSON under the schema), as Qwen3 does by default.
+    # Three engineered rounds, as the paper's case study ("after three rounds of LLM-engineered
+    # curriculum"): the last stage makes no proposal, so 4 stages = env.initial, then 3 proposed configs.
+    c.engineer.update(agent_range=(2, 2), failure_cases=8, thinking=True, thinking_tokens=4096)
+    c.stages = 4
     # The table's decoding: Qwen3's thinking-mode settings (temperature 0.6, top-p 0.95, top-k 20), as its
     # model card advises against greedy decoding with thinking on; the paper does not state its
     # own. One seeded sample per board; every results file records it (docs/evaluation.md).
@@ -86,7 +106,7 @@ def get_config(arg: str = ""):
         c.grpo.update(steps=2, prompts=4, group_size=4)
         c.train.update(micro_batches=2, logprob_chunk=8)
         c.stages = 2
-        c.engineer.update(failure_cases=1, max_tokens=200, max_edits=1)
+        c.engineer.update(failure_cases=1, max_tokens=200, max_edits=1, thinking_tokens=16)
         c.eval.update(
             per_cell=1, mid_per_cell=1, heldout=8, batch_size=16, monitor=8, monitor_samples=2, ood_per_cell=1
         )

@@ -233,7 +233,7 @@ class StageRunner:
                 history=[*run.record.history, proposal.config],
                 weights=[*run.record.weights, proposal.reward_weights],
             )
-            keys = ("prompt", "text", "accepted", "reason", "config", "reward_weights")
+            keys = ("prompt", "reasoning", "text", "accepted", "reason", "config", "reward_weights")
             text = json.dumps({k: getattr(proposal, k) for k in keys}, indent=1)
             self.loop.writer.text(global_step, "engineer/proposal", text)
             self._write_records(run.record)
@@ -338,11 +338,12 @@ class StageRunner:
         for b in account.buckets:
             lines.append(
                 f"  held-out bucket {b['bucket']}: {b['boards']} boards, valid {b['valid']:.2f} "
-                f"{b['valid_ci']}, optimal {b['optimal']:.2f}, mean tokens {b['mean_tokens']:.0f}"
+                f"{b['valid_ci']}, optimal {b['optimal']:.2f}, mean tokens {b['mean_tokens']:.0f}, truncated "
+                f"{b['truncated']:.2f}"
             )
         lines.append(
             f"benchmark ({entry['boards']} boards): valid {entry['valid']:.3f}, optimal "
-            f"{entry['optimal']:.3f}, mean tokens {entry['mean_tokens']:.0f}"
+            f"{entry['optimal']:.3f}, mean tokens {entry['mean_tokens']:.0f}, truncated {entry['truncated']:.3f}"
         )
         if "monitor_vs_first" in entry:
             m, d = entry["monitor"], entry["monitor_vs_first"]

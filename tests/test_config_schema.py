@@ -30,6 +30,9 @@ def with_values(config, values: dict) -> dict:
 def test_the_shipped_configs_pass():
     for c in (configs.stage.get_config(), configs.stage.get_config("smoke"), configs.qwen3_4b.get_config()):
         schema.validate(c)
+    rehearsal = configs.qwen3_4b.get_config("rehearsal")
+    schema.validate(rehearsal)
+    assert rehearsal.engineer.thinking and rehearsal.grpo.dynamic_sampling  # (the paper config's paths)
 
 
 def test_every_base_field_is_declared():

@@ -227,7 +227,13 @@ def synthetic_rollouts(cells):
     from t2t_jax.env.types import ParseStatus
 
     boards = [
-        {"size": n, "starts": [[0, i] for i in range(k)], "holes": [[1, j] for j in range(h)], "bucket": 0}
+        {
+            "size": n,
+            "starts": [[0, i] for i in range(k)],
+            "goals": [[n - 1, i] for i in range(k)],
+            "holes": [[1, j] for j in range(h)],
+            "bucket": 0,
+        }
         for n, k, h, _, _ in cells
     ]
     valid = np.array([c[3] for c in cells], bool)

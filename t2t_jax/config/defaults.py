@@ -158,6 +158,10 @@ def base() -> mlc.ConfigDict:
             failure_cases=4,
             constrained=True,
             max_tokens=640,
+            # thinking: reason freely in <think>...</think> (at most thinking_tokens tokens, closed by
+            # force at the budget), then the answer, under the schema when constrained (kinds self, base)
+            thinking=False,
+            thinking_tokens=4096,
             temperature=0.7,
             top_p=0.95,
             agent_range=(1, 5),

@@ -21,6 +21,13 @@ worst cells shown; 0 = off), `failure_cases` (raw cases in the context, a count;
 summary is shown), `edit_mode` (selective / rewrite), `constrained` (decode under the proposal
 schema, or free text that must parse as JSON). Each edit mode has its own instructions
 (propose.INSTRUCTIONS).
+
+Thinking (`thinking`, kinds `self` / `base`): the proposal is decoded in thinking mode, free
+reasoning of at most `thinking_tokens` tokens inside `<think>...</think>` (closed by force at the
+budget), then the answer, under the schema when `constrained` (one decode:
+`constrained.think_then`), within `max_tokens`. The record keeps the reasoning and the answer
+apart (`reasoning`, `text`); only the answer is parsed. Any reply with a think block (an `api`
+model's too) is split the same way. The summary of `evidence=summary` is decoded without thinking.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import numpy as np
 from t2t_jax.engineer import baselines, context, propose
 from t2t_jax.env.config import EnvConfig
 from t2t_jax.jsonrecord import JsonRecord
+from t2t_jax.text.parsing import THINK
 from t2t_jax.text.prompts import encode_texts
 
 KINDS = ("self", "base", "api") + tuple(baselines.BASELINES)
@@ -45,7 +53,7 @@ class Proposal(JsonRecord):
     model's text and parsed proposal, whether it was accepted and why, and the next stage's
     config and reward weights (the previous ones when rejected)."""
 
-    OPTIONAL = ("api_calls",)
+    OPTIONAL = ("api_calls", "reasoning")
 
     stage: int  # the stage whose account it read
     kind: str  # engineer.kind
@@ -55,19 +63,21 @@ class Proposal(JsonRecord):
     constrained: bool
     prompt: str | None  # the account as the model read it (None for the baselines)
     summary: str | None  # the model's own summary of its failure cases (evidence = summary)
-    text: str | None  # the model's reply
+    text: str | None  # the model's answer (after </think> when it thought)
     parsed: dict | None  # the reply as JSON
     accepted: bool
     reason: str
     api_calls: list | None  # kind api: each call's attempts, structured-output fallback, tokens
     config: dict  # the next stage's EnvConfig JSON
     reward_weights: dict
+    reasoning: str | None = None  # the think block's text (engineer.thinking; absent without one)
 
 
 class Engineer:
     """Args:
     config: the `engineer` ConfigDict (kind, edit_mode, evidence, failure_cases, constrained,
-      max_tokens, temperature, top_p, agent_range, max_edits, efficiency_threshold; api_base,
+      max_tokens, thinking, thinking_tokens, temperature, top_p, agent_range, max_edits,
+      efficiency_threshold; api_base,
       model, api_key_env, api_timeout, api_retries for kind `api`).
     policy: a rollout.Policy (its sampler and tokenizer decode proposals).
     base_params: the parameters the GRPO phase started from (for kind `base`; the stage loop
@@ -93,8 +103,9 @@ class Engineer:
                 config.api_base, config.model, api_key=key, timeout=config.api_timeout, retries=config.api_retries
             )
 
-    def _decode(self, params, messages, schema, seed) -> tuple[str, bool]:
-        """(text, truncated) of one reply under `schema` (a JSON schema, or None for free text)."""
+    def _decode(self, params, messages, schema, seed, thinking: bool = False) -> tuple[str, bool]:
+        """(text, truncated) of one reply under `schema` (a JSON schema, or None for free text);
+        `thinking`: reasoning of up to `thinking_tokens` first, the schema holding for the answer."""
         c = self.config
         if self.client is not None:
             from t2t_jax.serving.client import Request, json_schema_format
@@ -110,13 +121,15 @@ class Engineer:
                 raise propose.ProposalError(f"the API call failed after {reply.attempts} attempts ({reply.error})")
             return reply.text, reply.finish_reason == "length"
         tok = self.policy.tokenizer
-        constraint = propose.constraint_for(schema, tok) if schema is not None else None
-        text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=False)
+        text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=thinking)
+        budget = c.thinking_tokens if thinking else -1  # (-1: no think block)
+        opened = text.rstrip().endswith(THINK)  # (templates that open the think block themselves)
+        constraint = propose.constraint_for(schema, tok, budget, opened) if schema is not None else None
         ids, mask = encode_texts(tok, [text], self.policy.buckets)
         out = self.policy.sampler.generate(
             ids,
             mask,
-            max_new_tokens=c.max_tokens,
+            max_new_tokens=c.max_tokens + budget + 2 if thinking else c.max_tokens,
             temperature=c.temperature,
             top_p=c.top_p,
             seed=seed,
@@ -167,12 +180,15 @@ class Engineer:
             messages = propose.engineer_messages(account, evidence, c.edit_mode, context.parse_sections(c.sections))
             record["prompt"] = messages[-1]["content"]
             schema = propose.proposal_schema(config, self.agent_range, c.max_edits)
-            text, truncated = self._decode(
-                params, messages, schema if c.constrained else None, self.seed + 1000 + stage
+            thinking = bool(getattr(c, "thinking", False))
+            reply, truncated = self._decode(
+                params, messages, schema if c.constrained else None, self.seed + 1000 + stage, thinking
             )
-            record["text"] = text
+            record["reasoning"], record["text"] = propose.split_reply(reply)
+            text = record["text"]
             if truncated:
-                raise propose.ProposalError(f"truncated at engineer.max_tokens = {c.max_tokens}")
+                budget = f" + engineer.thinking_tokens = {c.thinking_tokens}" if thinking else ""
+                raise propose.ProposalError(f"truncated at engineer.max_tokens = {c.max_tokens}{budget}")
             record["parsed"] = parsed = propose.parse_proposal(text)
             new, weights = propose.apply_proposal(
                 parsed, config, reward_weights, c.edit_mode, self.agent_range, c.max_edits

@@ -25,8 +25,9 @@ import functools
 import json
 from collections.abc import Sequence
 
-from t2t_jax.engineer.context import SECTIONS, account_text
+from t2t_jax.engineer.context import SECTIONS, account_text, case_text
 from t2t_jax.env.config import ConfigError, EnvConfig, bucket_from_json
+from t2t_jax.text.parsing import END_THINK, THINK, answer_text
 
 EDIT_MODES = ("selective", "rewrite")
 MAX_BUCKETS = 16  # buckets a proposal may leave in the config
@@ -178,20 +179,42 @@ def engineer_messages(
 
 def summary_messages(account: dict) -> list[dict]:
     """The prompt that asks the model to summarise its raw failure cases (the ablation)."""
-    cases = "\n".join(f"{c['board']}\nAnswer: {c['answer']}\nVerdict: {c['verdict']}" for c in account["failure_cases"])
+    cases = "\n".join(case_text(c) for c in account["failure_cases"])
     return [
         {"role": "system", "content": SYSTEM},
         {"role": "user", "content": f"Summarise in two sentences what went wrong in these failed plans:\n{cases}"},
     ]
 
 
+def split_reply(text: str) -> tuple[str | None, str]:
+    """A reply -> (its reasoning: the think block's text, None without one; the answer: the text
+    after the last `</think>`, as the plan parser reads it, text.parsing.answer_text; "" while a
+    think block is still open)."""
+    answer = answer_text(text)
+    if END_THINK not in text and THINK not in text:
+        return None, text
+    reasoning = text.rsplit(END_THINK, 1)[0] if answer is not None else text
+    return reasoning.replace(THINK, "", 1).strip(), answer or ""
+
+
 @functools.lru_cache(maxsize=16)
-def _constraint(schema_json: str, tokenizer):
-    from t2t_jax.sampling.constrained import Constraint
+def _constraint(schema_json: str, tokenizer, thinking: int, opened: bool):
+    from outlines_core.json_schema import build_regex_from_schema
 
-    return Constraint.from_json_schema(schema_json, tokenizer)
+    from t2t_jax.sampling.constrained import Constraint, think_then
+
+    if thinking < 0:
+        return Constraint.from_json_schema(schema_json, tokenizer)
+    # after </think> Qwen3 writes a blank line before its answer: up to two newlines allowed
+    answer = Constraint.from_regex(r"\n{0,2}" + build_regex_from_schema(schema_json, whitespace_pattern=""), tokenizer)
+    think, end = (tokenizer.get_vocab().get(t) for t in (THINK, END_THINK))
+    if think is None or end is None:
+        raise ValueError(f"engineer.thinking: the tokenizer has no {THINK} / {END_THINK} token")
+    return think_then(answer, think, end, thinking, opened)
 
 
-def constraint_for(schema: dict, tokenizer):
-    """The compiled (and cached) token automaton of a proposal schema."""
-    return _constraint(json.dumps(schema, sort_keys=True), tokenizer)
+def constraint_for(schema: dict, tokenizer, thinking: int = -1, opened: bool = False):
+    """The compiled (and cached) token automaton of a proposal schema; with `thinking` >= 0 the
+    schema holds after a think block of at most that many free tokens (`constrained.think_then`;
+    `opened`: the prompt already opened it)."""
+    return _constraint(json.dumps(schema, sort_keys=True), tokenizer, thinking, opened)

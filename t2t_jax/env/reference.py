@@ -20,9 +20,9 @@ def trajectory(board: dict, plan: list) -> dict:
     plan: one entry per agent of the board (index = agent id): a list of action names, or None
     when the plan has no line for that agent.
 
-    Returns {"positions": [T + 1][K] (row, col), "events": [(t, kind, [cells])], "flags",
-    "first_violation_step", "arrival"}; kind is one of the four violation flags and t the time
-    the move arrived at.
+    Returns {"positions": [T + 1][K] (row, col), "events": [(t, kind, [cells], [agents])], "flags",
+    "first_violation_step", "arrival"}; kind is one of the four violation flags, t the time the
+    move arrived at, agents the one that moved (out_of_bounds, hole) or the pair (collisions).
     """
     n = board["size"]
     holes = {tuple(h) for h in board["holes"]}
@@ -44,30 +44,30 @@ def trajectory(board: dict, plan: list) -> dict:
             dr, dc = MOVES[act]
             r, c = old[i][0] + dr, old[i][1] + dc
             if not (0 <= r < n and 0 <= c < n):
-                events.append((t + 1, "out_of_bounds", [old[i]]))
+                events.append((t + 1, "out_of_bounds", [old[i]], [i]))
                 continue
             pos[i] = (r, c)
             if (r, c) in holes:
                 fallen[i] = True
-                events.append((t + 1, "hole", [(r, c)]))
+                events.append((t + 1, "hole", [(r, c)], [i]))
         for i in range(k):
             for j in range(i + 1, k):
                 if pos[i] == pos[j]:
-                    events.append((t + 1, "vertex_collision", [pos[i]]))
+                    events.append((t + 1, "vertex_collision", [pos[i]], [i, j]))
                 if pos[i] == old[j] and pos[j] == old[i] and old[i] != old[j]:
-                    events.append((t + 1, "edge_collision", [old[i], old[j]]))
+                    events.append((t + 1, "edge_collision", [old[i], old[j]], [i, j]))
         for i in range(k):
             if pos[i] != goals[i]:
                 arrival[i] = t + 2
         positions.append(list(pos))
-    for _, kind, _ in events:
+    for _, kind, _, _ in events:
         flags[kind] = True
     return {
         "positions": positions,
         "events": events,
         "flags": flags,
         "arrival": arrival,
-        "first_violation_step": min([t for t, _, _ in events], default=-1),
+        "first_violation_step": min([t for t, _, _, _ in events], default=-1),
     }
 
 

@@ -20,6 +20,8 @@ import math
 import statistics
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from t2t_jax.evaluation import benchmark, decoding, sets
 from t2t_jax.jsonrecord import JsonRecord
 from t2t_jax.perf import PhaseTimer
@@ -47,6 +49,7 @@ class Point(JsonRecord):
         "target",
         "target_vs_first",
         "grpo",
+        "truncated",
     )
 
     point: str  # "warm_start" / "initial", "stage_0", ...
@@ -68,6 +71,7 @@ class Point(JsonRecord):
     target: dict | None = None  # avg@k on the target boards (eval.target), with se_avg_valid
     target_vs_first: dict | None = None  # paired change on the target since the first point
     grpo: dict | None = None  # the stage's GRPO steps in brief (stages.grpo_summary; stage points)
+    truncated: float | None = None  # share of the benchmark completions cut by max_new_tokens (absent: older runs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,6 +194,7 @@ class Evaluator:
         with self.timer.phase("evaluation"):
             rollouts = benchmark.evaluate(self.policy, params, boards, desc=f"eval {name}", **table, **self._kw())
         entry = benchmark.results_entry(name, rollouts, decoding=self.decoding_record())
+        entry["truncated"] = round(float(np.mean(rollouts.truncated)), 4)  # (the budget, not the policy, decided these)
         entry.update(extra or {})
         if s.samples:  # at the table's sampling settings where it samples, else the rollout's
             sampling = s.decoding if table else None
@@ -201,6 +206,7 @@ class Evaluator:
             "benchmark/valid": entry["valid"],
             "benchmark/optimal": entry["optimal"],
             "benchmark/mean_tokens": entry["mean_tokens"],
+            "benchmark/truncated": entry["truncated"],
         }
         if paired and s.ood:  # the last point: the out-of-distribution sets too
             entry["ood"] = benchmark.evaluate_ood(self.policy, params, s.ood, s.ood_per_cell, **table, **self._kw())

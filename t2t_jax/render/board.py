@@ -105,7 +105,7 @@ def plan_frames(board: dict, plan: Sequence, cell: int = 40) -> list[Image.Image
     run = trajectory(board, list(plan))
     frames = []
     for t, positions in enumerate(run["positions"]):
-        events = [(kind, cells) for when, kind, cells in run["events"] if when == t]
+        events = [(kind, cells) for when, kind, cells, _ in run["events"] if when == t]
         frames.append(board_image(board, cell, positions, events, title=f"t = {t}"))
     return frames
 

@@ -4,7 +4,8 @@ The stage's EnvConfig (the last of `run.record.history`) gives a pool of certifi
 key (grpo_seed, 100, stage)), then `grpo.steps` GRPO steps (rl/step.py) from the cursor
 `run.record.step`, each one unit of work (a stop inside a step's rollouts redoes the step on
 resume), checkpointed every `checkpoint.every` steps; each step adds a point to the run's
-trajectory (the engineer's account reads it) and its scalars to TensorBoard.
+trajectory (the engineer's account reads it, the statistics of the step's boards
+under "env") and its scalars to TensorBoard.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 from tqdm import tqdm
 
+from t2t_jax.engineer.context import board_sums
 from t2t_jax.env import io
 from t2t_jax.env.config import EnvConfig
 from t2t_jax.rl import sft
@@ -47,7 +49,8 @@ def _step(loop, run: RunState, trainer, settings: StepSettings, pool, step: int,
         loop.policy, trainer, settings, run.train, run.ref, pool, step, weights, global_step
     )
     log_step(loop.writer, global_step, ro, drawn, metrics, env_config, c.logging.text_every)
-    point = {"stage": s, "step": step, **trajectory_point(drawn, metrics)}
+    trained = board_sums(ro.boards[:: c.grpo.group_size])  # (one row per group: its board)
+    point = {"stage": s, "step": step, **trajectory_point(drawn, metrics), "env": trained}
     return run.replace(train=state, step=step + 1, trajectory=[*run.record.trajectory, point])
 
 

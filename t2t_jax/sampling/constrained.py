@@ -12,6 +12,14 @@ step and never returns to the host:
 
 W is the widest state's number of allowed tokens (small for JSON of a fixed schema; a free
 string state allows most of the vocabulary, so W grows with it). Rows start in `initial`.
+Optionally (`think_then`) some states are free, with no table row to hold the vocabulary:
+
+    free      [S] bool    every token but the stop ids is allowed
+    free_next [S] int32   the state a free state moves to on a token outside its table row
+
+`think_then(answer, ...)` puts a thinking prefix before an answer automaton: `<think>`, then up
+to a budget of free tokens (the reasoning), then `</think>` (forced at the budget), then the
+answer's states: the constraint holds for the answer only.
 
     constraint = Constraint.from_json_schema(schema, tokenizer)
     out = sampler.generate(ids, mask, max_new_tokens=256, constraint=constraint)
@@ -24,6 +32,7 @@ import json
 
 import chex
 import jax.numpy as jnp
+import numpy as np
 
 from t2t_jax.automaton import index_tables
 
@@ -60,6 +69,8 @@ class Constraint:
     next: chex.Array
     final: chex.Array
     initial: chex.Array
+    free: chex.Array | None = None  # [S] bool (None: no free state)
+    free_next: chex.Array | None = None  # [S] int32
 
     @classmethod
     def from_regex(cls, regex: str, tokenizer, eos_id: int | None = None) -> Constraint:
@@ -88,18 +99,50 @@ class Constraint:
         return int(self.tokens.shape[0])
 
 
+def think_then(answer: Constraint, think_id: int, end_think_id: int, budget: int, opened: bool = False) -> Constraint:
+    """`answer` after a think block: state 0 allows only `think_id` (skipped when the prompt
+    `opened` the block), states 1..budget are free (the reasoning; `end_think_id` leaves for the
+    answer's initial state), state budget + 1 allows only `end_think_id`; the answer's states
+    follow, renumbered by budget + 2. A row reaches the answer within budget + 2 tokens."""
+    k = budget + 2
+    tokens, nxt = np.asarray(answer.tokens), np.asarray(answer.next)
+    width = tokens.shape[1]
+    head = np.full((k, width), -1, np.int32)
+    head_next = np.zeros((k, width), np.int32)
+    head[:, 0] = end_think_id
+    head_next[:, 0] = int(answer.initial) + k
+    head[0, 0], head_next[0, 0] = think_id, 1
+    free = np.zeros(k + tokens.shape[0], bool)
+    free[1 : budget + 1] = True
+    free_next = np.zeros(k + tokens.shape[0], np.int32)
+    free_next[1 : budget + 1] = np.arange(2, budget + 2)
+    return Constraint(
+        tokens=jnp.asarray(np.concatenate([head, tokens])),
+        next=jnp.asarray(np.concatenate([head_next, np.where(tokens >= 0, nxt + k, 0)])),
+        final=jnp.asarray(np.concatenate([np.zeros(k, bool), np.asarray(answer.final)])),
+        initial=jnp.int32(1 if opened else 0),
+        free=jnp.asarray(free),
+        free_next=jnp.asarray(free_next),
+    )
+
+
 def allowed_mask(constraint: Constraint, state, vocab: int, stop_ids):
-    """state [R] -> [R, V] bool: the tokens state allows, plus the stop ids in final states."""
+    """state [R] -> [R, V] bool: the tokens state allows, plus the stop ids in final states
+    (in a free state every token but the stop ids)."""
     rows = state.shape[0]
     toks = constraint.tokens[state]  # [R, W]
     mask = jnp.zeros((rows, vocab + 1), bool)
     mask = mask.at[jnp.arange(rows)[:, None], jnp.where(toks >= 0, toks, vocab)].set(True)[:, :vocab]
     stops = jnp.zeros((vocab,), bool).at[stop_ids].set(True)
+    if constraint.free is not None:
+        mask = mask | (constraint.free[state][:, None] & ~stops[None])
     return mask | (constraint.final[state][:, None] & stops[None])
 
 
 def advance(constraint: Constraint, state, token):
-    """The state after `token` [R] (unchanged for a stop token or a token the state lacks)."""
+    """The state after `token` [R] (unchanged for a stop token or a token the state lacks; a
+    free state's `free_next` for a token outside its row)."""
     toks = constraint.tokens[state]
     hit = toks == token[:, None]
-    return jnp.where(hit.any(-1), jnp.sum(jnp.where(hit, constraint.next[state], 0), axis=-1), state)
+    other = state if constraint.free is None else jnp.where(constraint.free[state], constraint.free_next[state], state)
+    return jnp.where(hit.any(-1), jnp.sum(jnp.where(hit, constraint.next[state], 0), axis=-1), other)
