@@ -1,10 +1,24 @@
-"""Shared test helpers: hypothesis profile and small board factories."""
+"""Shared test helpers: hypothesis profile, small board factories, a free port, and a GCS
+emulator (`emulator`: `gcp-storage-emulator` on 127.0.0.1 with STORAGE_EMULATOR_HOST pointing
+every layer, gcsfs and tensorstore under Orbax, at it; the bucket BUCKET made).
+
+The emulator is started with two fixes that make it answer as GCS does (`PATCH` below): a
+download carries the object's generation (`x-goog-generation`: without it tensorstore's
+conditional re-reads of an OCDBT manifest fail with "Malformed StorageGeneration", every time in
+a whole smoke run, now and then in a small save), and an upload honours `ifGenerationMatch`
+(412 when it does not match: the create-only write of the run directory's lock)."""
 
 import functools
+import importlib.util
 import os
 import socket
+import subprocess
+import sys
+import time
+import urllib.request
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -52,3 +66,103 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+BUCKET = "t2t-test"
+EMULATOR_VARS = (
+    "STORAGE_EMULATOR_HOST",
+    "TENSORSTORE_GCS_HTTP_URL",
+    "GOOGLE_AUTH_TOKEN_FOR_TESTING",
+    "TENSORSTORE_GCS_REQUEST_CONCURRENCY",
+)
+
+
+# Run as `python -c PATCH start --host=... --port=... ...`: the emulator's CLI with the two fixes.
+PATCH = """
+import sys
+from http import HTTPStatus
+
+from gcp_storage_emulator import server
+from gcp_storage_emulator.__main__ import main
+from gcp_storage_emulator.handlers import objects
+
+_download, _insert = objects.download, objects.insert
+
+
+def _obj(storage, bucket, name):
+    try:
+        return storage.get_file_obj(bucket, name)
+    except Exception:
+        return None
+
+
+def download(request, response, storage, *args, **kwargs):
+    _download(request, response, storage, *args, **kwargs)
+    if response.status in (HTTPStatus.OK, HTTPStatus.PARTIAL_CONTENT):
+        obj = _obj(storage, request.params["bucket_name"], request.params["object_id"])
+        if obj is not None:
+            response["x-goog-generation"] = str(obj["generation"])
+            response["x-goog-metageneration"] = str(obj.get("metageneration", "1"))
+
+
+def insert(request, response, storage, *args, **kwargs):
+    want = request.query.get("ifGenerationMatch")
+    if want:
+        name = request.query.get("name", [None])[0]
+        if name is None and request.query.get("uploadType", [""])[0] == "multipart":
+            name = request.data["meta"].get("name")
+        obj = _obj(storage, request.params["bucket_name"], name) if name else None
+        if str(obj["generation"] if obj is not None else "0") != want[0]:
+            response.status = HTTPStatus.PRECONDITION_FAILED
+            response.json({"error": {"code": 412, "message": "Precondition Failed"}})
+            return None
+    return _insert(request, response, storage, *args, **kwargs)
+
+
+swap = {_download: download, _insert: insert}
+server.HANDLERS = tuple((rx, {m: swap.get(h, h) for m, h in hs.items()}) for rx, hs in server.HANDLERS)
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.fixture(scope="module")
+def emulator(tmp_path_factory):
+    """The emulator's URL, with the bucket made; STORAGE_EMULATOR_HOST set for the module's tests."""
+    if importlib.util.find_spec("gcp_storage_emulator") is None:
+        pytest.fail("gcp-storage-emulator is not installed: pip install -e .[test]")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = open(tmp_path_factory.mktemp("emulator") / "log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PATCH, "start", "--host=127.0.0.1", f"--port={port}", f"--default-bucket={BUCKET}"]
+        + ["--in-memory"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    saved = {k: os.environ.get(k) for k in EMULATOR_VARS}
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/storage/v1/b/{BUCKET}", timeout=1).read()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"the GCS emulator did not start (exit {proc.poll()}); see {log.name}")
+                time.sleep(0.2)
+        os.environ["STORAGE_EMULATOR_HOST"] = url
+        for k in EMULATOR_VARS[1:]:  # (derived from STORAGE_EMULATOR_HOST by storage.py)
+            os.environ.pop(k, None)
+        from t2t_jax import storage
+
+        storage._configure()
+        yield url
+    finally:
+        proc.kill()
+        proc.wait()
+        log.close()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
