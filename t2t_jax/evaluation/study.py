@@ -424,6 +424,12 @@ def study_markdown(summary: dict, command: str = "") -> str:
         "## Across runs (primary)",
         "",
     ]
+    if any("." in str(x) for x in seeds):
+        lines += [
+            "Runs `S.G`: GRPO seed G (`grpo_seed`) from seed S's warm start. Runs of one warm start share it, so "
+            "their spread is the GRPO phase's given that warm start; the warm start's own variance is the factor S.",
+            "",
+        ]
     if n < 2:
         lines += ["One run per arm: no test across runs is possible; every test below is evaluation noise.", ""]
     lines += [
