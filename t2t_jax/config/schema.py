@@ -221,7 +221,7 @@ def fields() -> dict[str, Spec]:
         "engineer.constrained": BOOL,
         "engineer.max_tokens": integer(1),
         "engineer.thinking": BOOL,
-        "engineer.thinking_tokens": integer(0),
+        "engineer.thinking_tokens": integer(0, 32768),  # (the free prefix is a table row a token)
         "engineer.temperature": real(0.0),
         "engineer.top_p": real(0.0, 1.0, lo_open=True),
         "engineer.agent_range": Spec("a pair [low, high] of integers, 1 <= low <= high <= 16", _agent_range),
