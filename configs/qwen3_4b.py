@@ -100,10 +100,10 @@ def get_config(arg: str = ""):
     if "grpo_broad" in args:
         c.engineer.kind = "fixed"
         c.env.initial = json.dumps({"max_size": 10, "max_agents": 5, "buckets": [BROAD]})
-    if "rehearsal" in args:  # every code path above, with the tiny model (tests/test_rehearsal.py)
+    if "rehearsal" in args:  # every code path above, with the tiny model (tests/test_pod.py)
         c.model.update(preset="tiny", checkpoint="", tokenizer="", attn_chunk=16)  # the embedded tokenizer
         c.rollout.update(max_new_tokens=24, slots=8, chunk=8, kv="paged", page_size=8)
-        c.grpo.update(steps=2, prompts=4, group_size=4)
+        c.grpo.update(steps=2, prompts=4, group_size=4, dynamic_sampling_rounds=1)  # (the path, at half the draws)
         c.train.update(micro_batches=2, logprob_chunk=8)
         c.stages = 2
         c.engineer.update(failure_cases=1, max_tokens=200, max_edits=1, thinking_tokens=16)
