@@ -145,3 +145,45 @@ def test_the_target_and_the_mechanism_in_the_study(tmp_path):
     )
     assert "target_diff_vs_reference" in open(paths["csv"]).readline()
     assert standard_error([0, 4], 4) == pytest.approx(0.5)  # SD 0.707 of the rates over sqrt(2)
+
+
+@pytest.mark.slow
+def test_grpo_seeds_share_one_warm_start_and_differ_after_it(tmp_path):
+    """launch.study --grpo_seeds: one warm start, two runs of the arm from it that differ (another
+    GRPO seed: other training boards and rollouts), each scored on eval.target."""
+    import os
+    import subprocess
+    import sys
+
+    import jax
+
+    from t2t_jax.stages import StageRunner
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    target = json.dumps({"max_size": 10, "max_agents": 5, "buckets": [{"size": [3, 10], "agents": 3}]})
+    cmd = [
+        sys.executable,
+        "-m",
+        "launch.study",
+        "--config=configs/stage.py:smoke",
+        "--arms=grpo",
+        "--seeds=0",
+        "--grpo_seeds=1,2",
+        f"--workdir={tmp_path / 's'}",
+        "--config.stages=1",
+        f"--config.eval.target={target}",
+        "--config.eval.target_boards=8",
+        "--config.eval.target_samples=2",
+        f"--config.compilation_cache={tmp_path / 'cache'}",
+    ]
+    out = subprocess.run(cmd, cwd=root, env={**os.environ, "JAX_PLATFORMS": "cpu"}, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    runs = [tmp_path / "s" / "grpo" / f"seed_0_grpo_{g}" for g in (1, 2)]
+    results = [json.load(open(r / "results.json")) for r in runs]
+    assert results[0][0] == results[1][0]  # the shared warm start
+    assert all(r[-1]["target"]["boards"] == 8 and "target_vs_first" in r[-1] for r in results)
+    assert all(r[-1]["grpo"]["steps"] == 2 and r[-1]["grpo"]["informative_groups"] is not None for r in results)
+    params = [jax.tree.leaves(StageRunner.from_workdir(str(r)).latest_params()) for r in runs]
+    assert any(not np.array_equal(a, b) for a, b in zip(*params))  # the GRPO seeds gave different runs
+    summary = json.load(open(tmp_path / "s" / "study.json"))
+    assert summary["seeds"] == ["0.1", "0.2"] and "target" in summary["arms"]["grpo"]["runs_vs_warm"]
