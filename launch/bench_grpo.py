@@ -34,6 +34,7 @@ import dataclasses
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 
@@ -291,7 +292,8 @@ def run_trl(path: str, tok, lr: float, score, boards: list[dict], steps: int, af
             current["rollout"] += time.perf_counter() - t
 
     trainer._generate_and_score_completions = timed
-    trainer.train()
+    with contextlib.redirect_stdout(sys.stderr):  # (the Trainer prints its summary: stdout is JSON lines)
+        trainer.train()
     return records
 
 
