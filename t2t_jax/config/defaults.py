@@ -183,13 +183,13 @@ def base() -> mlc.ConfigDict:
     # samples > 0 adds avg@k / pass@k (k = samples, at rollout.temperature / top_p) to greedy.
     # monitor: a fixed set of that many boards from env.initial (the same for every seed and arm),
     # scored by avg@monitor_samples at every point: on-distribution learning with a small error.
+    # target: a target distribution the curriculum does not train on (EnvConfig JSON; "": none):
+    # target_boards boards of it, one fixed draw (the same for every seed and arm), scored by
+    # avg@target_samples with its standard error at every point, beside the monitor.
     # ood: the out-of-distribution sets scored at the last point (the table's decoding; "" for none),
     # ood_per_cell boards of each of their cells (None: all 50).
     # decoding: how the table's one completion per board is decoded (t2t_jax/evaluation/decoding.py):
     # "greedy", "qwen3_thinking" (Qwen3's thinking-mode advice: temperature 0.6, top-p 0.95, top-k 20)
-    # target: a target distribution the curriculum does not train on (EnvConfig JSON; "": none):
-    # target_boards boards of it, one fixed draw (the same for every seed and arm), scored by
-    # avg@target_samples with its standard error at every point, beside the monitor.
     # or "sampled" at temperature / top_p / top_k (read only then); a sampling decoding draws the
     # avg@k samples too. Every results file records it.
     c.eval = mlc.ConfigDict(
@@ -201,13 +201,13 @@ def base() -> mlc.ConfigDict:
             samples=0,
             monitor=0,
             monitor_samples=8,
+            target="",
+            target_boards=256,
+            target_samples=8,
             ood="ood_6_agents,ood_dense",
             ood_per_cell=None,
             decoding="greedy",
             temperature=1.0,
-            target="",
-            target_boards=256,
-            target_samples=8,
             top_p=1.0,
             top_k=0,
         ),

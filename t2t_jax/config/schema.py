@@ -242,11 +242,11 @@ def fields() -> dict[str, Spec]:
         "eval.samples": integer(0),
         "eval.monitor": integer(0),
         "eval.monitor_samples": integer(1),
-        "eval.ood": names(OOD),
-        "eval.ood_per_cell": integer(1, 50, optional=True),
         "eval.target": Spec("'' (none) or " + ENV_JSON.legal, lambda v: v == "" or _env_json(v)),
         "eval.target_boards": integer(1),
         "eval.target_samples": integer(1),
+        "eval.ood": names(OOD),
+        "eval.ood_per_cell": integer(1, 50, optional=True),
         "eval.decoding": choice(*DECODINGS),
         "eval.temperature": real(0.0, lo_open=True),
         "eval.top_p": real(0.0, 1.0, lo_open=True),
@@ -320,8 +320,6 @@ def _cross_checks(v: dict) -> None:
                 f"eval.{unused[0]}: {get('eval.' + unused[0])!r} is read only with eval.decoding='sampled' "
                 f"(eval.decoding is {name!r}, which fixes it)"
             )
-    if "env.initial" in v and "engineer.agent_range" in v:
-        max_agents = json.loads(v["env.initial"]).get("max_agents", 5)
     if get("eval.target") and "env.initial" in v:
         target, first = json.loads(v["eval.target"]), json.loads(v["env.initial"])
         for key, default in (("max_size", 10), ("max_agents", 5)):
@@ -330,6 +328,8 @@ def _cross_checks(v: dict) -> None:
                     f"eval.target: its {key} {target.get(key, default)} differs from env.initial's "
                     f"{first.get(key, default)} (the policy's prompts and plans are shaped by env.initial)"
                 )
+    if "env.initial" in v and "engineer.agent_range" in v:
+        max_agents = json.loads(v["env.initial"]).get("max_agents", 5)
         lo, hi = v["engineer.agent_range"]
         if hi > max_agents:
             raise ConfigError(f"engineer.agent_range: {[lo, hi]} goes above env.initial's max_agents {max_agents}")
