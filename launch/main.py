@@ -31,6 +31,8 @@ def main(argv):
     del argv
     if logging.get_verbosity() <= logging.INFO and not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO
+    import jax
+
     from t2t_jax import distributed, preemption, rundir
     from t2t_jax.config import schema
 
@@ -50,6 +52,8 @@ def main(argv):
         results = StageRunner(_CONFIG.value, _WORKDIR.value, progress=_PROGRESS.value).run(resume=_RESUME.value)
     except BaseException as e:
         run.close(failed=not isinstance(e, SystemExit) or e.code not in (0, None))
+        if jax.process_count() > 1 and not isinstance(e, SystemExit):  # (a stop is agreed; an error is one host's)
+            distributed.exit_alone(e)
         raise
     run.close()
     report(results)

@@ -14,8 +14,11 @@ identity.
 from __future__ import annotations
 
 import json
+import os
+import sys
+import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import jax
 import numpy as np
@@ -72,6 +75,20 @@ def from_every_host(value: Any) -> list:
     buf[: data.size] = data
     rows = np.asarray(multihost_utils.process_allgather(buf))
     return [json.loads(row[:n].tobytes()) for row, n in zip(rows, sizes)]
+
+
+def exit_alone(error: BaseException) -> NoReturn:
+    """This host failed mid-run on its own (several hosts): print the error and end the process at
+    once, skipping JAX's shutdown barrier. A host waiting in that barrier while its peers wait in a
+    collective for it would leave every host waiting forever; a process that is gone is seen by
+    the coordination service within its heartbeat timeout (100 s), which then ends every peer."""
+    if isinstance(error, UserError):
+        print(f"error: {error} (process {jax.process_index()})", file=sys.stderr)
+    else:
+        traceback.print_exception(error)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(130 if isinstance(error, KeyboardInterrupt) else 2 if isinstance(error, UserError) else 1)
 
 
 def same_outcome(fn: Callable[[], Any]) -> Any:

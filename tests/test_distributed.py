@@ -31,3 +31,24 @@ def test_two_hosts_deal_the_certification_and_hold_one_hosts_boards(tmp_path):
     boards = json.loads(one[0])
     assert len(boards) == 70 and all("optimal_makespan" in b for b in boards)
     assert [json.loads(lines[0]) for lines in two] == [boards, boards]
+
+
+def test_a_host_failing_alone_ends_every_host_in_bounded_time():
+    """A failure on one host mid-run (launch.main: `distributed.exit_alone`) ends that process at
+    once with its traceback, and its peer, waiting for it in a collective, is ended by the
+    coordination service within the heartbeat timeout (10 s here; JAX's default is 100 s)."""
+    port, env = free_port(), {**os.environ, "PYTHONPATH": ROOT, "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"}
+    script = os.path.join(ROOT, "tests", "alone_check.py")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, script, str(port), str(i)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    outs = [p.communicate(timeout=240) for p in procs]
+    assert procs[1].returncode == 1 and "RuntimeError: host 1 alone" in outs[1][1], outs[1][1][-2000:]
+    assert procs[0].returncode != 0 and "host 0 went on" not in outs[0][0], outs[0][1][-2000:]
