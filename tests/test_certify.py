@@ -190,6 +190,7 @@ def test_regeneration_is_byte_for_byte_one_cell_per_set():
 
 
 @pytest.mark.slow
+@pytest.mark.long  # (all five sets certified again; the default run rebuilds one cell of each benchmark set)
 @pytest.mark.parametrize("name", list(sets.SETS))
 def test_regeneration_is_byte_for_byte(name, tmp_path):
     rebuilt = "".join(json.dumps(b, sort_keys=True) + "\n" for b in sets.build(name))

@@ -150,7 +150,8 @@ def test_the_target_and_the_mechanism_in_the_study(tmp_path):
 @pytest.mark.slow
 def test_grpo_seeds_share_one_warm_start_and_differ_after_it(tmp_path):
     """launch.study --grpo_seeds: one warm start, two runs of the arm from it that differ (another
-    GRPO seed: other training boards and rollouts), each scored on eval.target."""
+    GRPO seed: other training boards and rollouts), each scored on eval.target; the same command
+    again keeps the three finished runs."""
     import os
     import subprocess
     import sys
@@ -187,3 +188,5 @@ def test_grpo_seeds_share_one_warm_start_and_differ_after_it(tmp_path):
     assert any(not np.array_equal(a, b) for a, b in zip(*params))  # the GRPO seeds gave different runs
     summary = json.load(open(tmp_path / "s" / "study.json"))
     assert summary["seeds"] == ["0.1", "0.2"] and "target" in summary["arms"]["grpo"]["runs_vs_warm"]
+    again = subprocess.run(cmd, cwd=root, env={**os.environ, "JAX_PLATFORMS": "cpu"}, capture_output=True, text=True)
+    assert again.returncode == 0 and again.stdout.count("finished before, kept") == 3, again.stdout[-3000:]

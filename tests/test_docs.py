@@ -40,12 +40,18 @@ def test_docs_name_what_exists(doc):
     assert not missing(doc), missing(doc)
 
 
+def test_ci_runs_the_readmes_test_command():
+    ci = open(os.path.join(ROOT, ".ci", "run")).read()
+    assert 'python -m pytest -q -m "not slow" -n 2' in ci and '-m "slow and not long"' in ci
+
+
 def test_changelog_links_and_docs_index():
     assert not missing("CHANGELOG.md", paths=False)
     readme = open(os.path.join(ROOT, "README.md")).read()
     unlinked = [d for d in DOCS[1:] if f"]({d})" not in readme]
     assert not unlinked, f"docs the README does not link: {unlinked}"
-    assert 'python -m pytest -q -m "not slow"' in readme and "python -m launch.main --config=configs/stage.py" in readme
+    assert 'python -m pytest -q -m "not slow" -n 2' in readme
+    assert "python -m launch.main --config=configs/stage.py" in readme
 
 
 UNBUILT = re.compile(

@@ -1,8 +1,9 @@
 """The stack learns: from a warm start, GRPO on 8 fixed boards that the model sometimes solves
 (in 1 to 5 of 8 samples) raises their sampled valid rate by at least 0.3 and their greedy valid
-count to at least 6 of 8, for each of 3 seeds, while the shuffle control (the same updates with
-the advantages permuted within each group: no reward signal) does not. Sampler, parser,
-validator, rewards, advantages and the jitted update are the ones the stage loop uses.
+count to at least 6 of 8, for each of 3 seeds (seed 0 in CI's slow run, seeds 1 and 2 under
+`-m long`), while the shuffle control (the same updates with the advantages permuted within each
+group: no reward signal) does not. Sampler, parser, validator, rewards, advantages and the jitted
+update are the ones the stage loop uses.
 
 Measured 2026-12-04 (issue 17), 60 updates in groups of 16 at 3e-4: seeds 0-5 go 0.344 -> 0.844
 (greedy 7 of 8), 0.242 -> 0.867 (7), 0.273 -> 0.688 (6), 0.297 -> 0.703 (6), 0.320 -> 0.852 (7),
@@ -120,7 +121,7 @@ def train(warm, seed, control):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.long), pytest.param(2, marks=pytest.mark.long)])
 def test_grpo_learns_and_the_shuffle_control_does_not(warm, seed):
     before, after, greedy = train(warm, seed, control=False)
     assert after >= before + 0.3 and greedy >= 6, (before, after, greedy)

@@ -153,27 +153,6 @@ def test_dry_run_lists_the_runs(tmp_path):
     assert bad.returncode != 0 and "'bogus' is not one of" in bad.stderr
 
 
-@pytest.mark.slow
-def test_smoke_study_runs_and_resumes(tmp_path):
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    cache = f"--config.compilation_cache={tmp_path / 'cache'}"
-    out = subprocess.run(
-        study_cmd(tmp_path / "s", cache), cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500
-    )
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    summary = json.load(open(tmp_path / "s" / "study.json"))
-    assert set(summary["arms"]) == {"grpo", "shuffle"} and summary["seeds"] == [0]
-    for arm in ("grpo", "shuffle"):
-        results = json.load(open(tmp_path / "s" / arm / "seed_0" / "results.json"))
-        assert [r["point"] for r in results] == ["warm_start", "stage_0"]
-    warm = json.load(open(tmp_path / "s" / "warm_start" / "seed_0" / "results.json"))
-    assert results[0] == warm[0]  # the arms start from the shared warm start
-    again = subprocess.run(
-        study_cmd(tmp_path / "s", cache), cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
-    )
-    assert again.returncode == 0 and again.stdout.count("finished before, kept") == 3
-
-
 def write_runs(directory, results):
     """results[arm][seed] as launch.study lays runs out: DIR/ARM/seed_S/results.json."""
     for arm, by_seed in results.items():
