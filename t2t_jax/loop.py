@@ -3,6 +3,7 @@
     loop.guard(run, fn)           # one unit of work (preemption.Preemption.guard)
     loop.save(run)                # a checkpoint of a RunState and the records beside it
     loop.boards(env, key, num)    # certified boards of an EnvConfig (stoppable between chunks)
+    loop.draw(env, key, num)      # the same and, per bucket, the boards the generator replaced
     loop.key(7)                   # the warm start's keys: functions of (seed, parts) only
     loop.grpo_key(100, s)         # the GRPO phase's and the curriculum's: of (grpo_seed, parts)
     loop.writer                   # TensorBoard (made at its first write)
@@ -22,7 +23,7 @@ import jax
 
 from t2t_jax import distributed, fields
 from t2t_jax.env import io
-from t2t_jax.env.certified import CertifiedGenerator
+from t2t_jax.env.certified import CertifiedGenerator, merge_replaced
 from t2t_jax.env.config import EnvConfig
 from t2t_jax.evaluation.points import Evaluator
 from t2t_jax.perf import PhaseTimer
@@ -69,24 +70,34 @@ class Loop:
         return _fold(fields.grpo_seed(self.config), parts)
 
     def boards(self, env: EnvConfig, key, num: int) -> list[dict]:
-        """`num` certified boards of `env` (with their optimal plans), as JSON-ready dicts; the
-        same on one host or several. On several hosts the chunks are dealt round-robin (host h
-        certifies chunk r * hosts + h of round r, its solver work included) and every host
-        joins each round's boards in chunk order: adding hosts divides the certification, and
-        the boards are every host's and the single host's alike. A stop is checked before each
-        chunk (on several hosts before each round, agreed by all)."""
+        """`num` certified boards of `env` (with their optimal plans), as JSON-ready dicts (`draw`)."""
+        return self.draw(env, key, num)[0]
+
+    def draw(self, env: EnvConfig, key, num: int) -> tuple[list[dict], dict]:
+        """-> (`num` certified boards of `env` with their optimal plans as JSON-ready dicts, per
+        bucket the boards generated and replaced in the chunks used: `CertifyStats.replaced`);
+        the same on one host or several. On several hosts the chunks are dealt round-robin (host h
+        certifies chunk r * hosts + h of round r, its solver work included) and every host joins
+        each round's boards in chunk order, up to the chunk that completes `num` as one host
+        would: adding hosts divides the certification, and boards and counts are every host's
+        and the single host's alike. A stop is checked before each chunk (on several hosts
+        before each round, agreed by all)."""
         gen = CertifiedGenerator(env, horizon=self.config.env.horizon, chunk=self.config.env.chunk)
         hosts, host = jax.process_count(), jax.process_index()
         with self.timer.phase("certification"):
             if hosts == 1:
-                return io.boards_with_plans_to_json(*gen(key, num, check=self.preemption.check))
-            out, r = [], 0
+                boards = io.boards_with_plans_to_json(*gen(key, num, check=self.preemption.check))
+                return boards, gen.last_stats.replaced
+            out, replaced, r = [], {}, 0
             while len(out) < num:
                 self.preemption.check()
                 mine = io.boards_with_plans_to_json(*gen.chunk_boards(key, r * hosts + host))
-                out += [b for part in distributed.from_every_host(mine) for b in part]
+                for part in distributed.from_every_host({"boards": mine, "replaced": gen.last_stats.replaced}):
+                    if len(out) < num:
+                        out += part["boards"]
+                        replaced = merge_replaced(replaced, part["replaced"])
                 r += 1
-            return out[:num]
+            return out[:num], replaced
 
 
 def _fold(seed: int, parts) -> jax.Array:

@@ -203,7 +203,7 @@ class StageRunner:
         c, s = self.config, run.record.stage
         env_config, weights = EnvConfig.from_json(run.record.history[-1]), run.record.weights[-1]
         global_step = (s + 1) * c.grpo.steps
-        heldout = self.loop.boards(env_config, self.loop.grpo_key(200, s), c.eval.heldout)
+        heldout, replaced = self.loop.draw(env_config, self.loop.grpo_key(200, s), c.eval.heldout)
         ro = self.evaluator.evaluate(run.train.params, heldout, f"held-out {s}")
         history = [a.history_entry() for a in run.record.accounts]
         account = build_account(
@@ -216,6 +216,7 @@ class StageRunner:
             history=history,
             breakdown_cells=c.engineer.breakdown_cells,
             trajectory=[t for t in run.record.trajectory if t["stage"] == s],
+            replaced=replaced,
         )
         run = run.replace(accounts=[*run.record.accounts, account])
         self._log_failures(global_step, ro)

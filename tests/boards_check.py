@@ -1,8 +1,9 @@
-"""One of several processes over localhost (tests/test_distributed.py starts them): `Loop.boards`
+"""One of several processes over localhost (tests/test_distributed.py starts them): `Loop.draw`
 deals the certified generator's chunks over the hosts and joins them in order, so every host
-holds the boards one process draws; a stop asked on one host stops every host at the next round.
+holds the boards (and the per-bucket counts of boards replaced) one process draws; a stop asked on
+one host stops every host at the next round.
 
-    python tests/boards_check.py PORT PID NPROC OUT     # writes OUT.PID: the boards, then "stopped"
+    python tests/boards_check.py PORT PID NPROC OUT  # writes OUT.PID: boards, counts, "stopped"
 """
 
 import json
@@ -24,8 +25,8 @@ from t2t_jax.preemption import Preemption, Stopped  # noqa: E402
 config = configs.stage.get_config("smoke")
 config.env.chunk = 16  # (several chunks per host, so several rounds)
 loop = Loop(config, None, None, Preemption(save=lambda run: None), PhaseTimer(), lambda run: None, lambda: None)
-boards = loop.boards(EnvConfig.from_json(config.env.initial), loop.key(100, 0), 70)
-lines = [json.dumps(boards)]
+boards, replaced = loop.draw(EnvConfig.from_json(config.env.initial), loop.key(100, 0), 70)
+lines = [json.dumps(boards), json.dumps(replaced)]
 if nproc > 1 and pid == nproc - 1:
     loop.preemption.request()  # (the last host alone is signalled)
 try:

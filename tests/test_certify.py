@@ -12,7 +12,7 @@ import pytest
 from conftest import generator, make_board
 
 from t2t_jax.env import io, solver
-from t2t_jax.env.certified import CertifiedGenerator
+from t2t_jax.env.certified import CertifiedGenerator, merge_replaced
 from t2t_jax.env.certify import certify_jit
 from t2t_jax.env.config import make_config
 from t2t_jax.env.validator import validate
@@ -115,6 +115,12 @@ def test_certified_generator_every_board_certified():
     boards, plans = gen(jax.random.key(1), 300)
     stats = gen.last_stats
     assert boards.size.shape == (300,) and stats.infeasible > 0 and stats.solved_on_host > 0
+    # Per bucket, over the chunks used (here both: 256 boards less the infeasible are not 300).
+    assert set(stats.replaced) <= {"0", "1"} and sum(c["generated"] for c in stats.replaced.values()) == 512
+    assert sum(c["replaced"] for c in stats.replaced.values()) == stats.infeasible
+    assert merge_replaced(stats.replaced, stats.replaced) == {
+        b: {"generated": 2 * c["generated"], "replaced": 2 * c["replaced"]} for b, c in stats.replaced.items()
+    }
     opt, lb = np.asarray(boards.optimal_makespan), np.asarray(boards.lower_bound)
     assert (opt >= lb).all() and (lb >= 0).all()
     v = validate(boards, plans)

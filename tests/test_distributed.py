@@ -24,13 +24,20 @@ def hosts(script: str, n: int, out: str) -> list[list[str]]:
 
 def test_two_hosts_deal_the_certification_and_hold_one_hosts_boards(tmp_path):
     """Each host certifies every other chunk (its solver work too); both hold the boards one
-    process draws, in its order; a stop asked on one host stops both before the next round."""
+    process draws, in its order, and its counts of boards replaced; a stop asked on one host
+    stops both before the next round."""
     (one,) = hosts("boards_check.py", 1, str(tmp_path / "one"))
     two = hosts("boards_check.py", 2, str(tmp_path / "two"))
-    assert one[1] == "not stopped" and [lines[1] for lines in two] == ["stopped", "stopped"]
-    boards = json.loads(one[0])
+    assert one[2] == "not stopped" and [lines[2] for lines in two] == ["stopped", "stopped"]
+    boards, replaced = json.loads(one[0]), json.loads(one[1])
     assert len(boards) == 70 and all("optimal_makespan" in b for b in boards)
     assert [json.loads(lines[0]) for lines in two] == [boards, boards]
+    # the counts of the chunks used, as one host counts them (not every chunk a round certified)
+    assert (
+        sum(c["generated"] for c in replaced.values()) % 16 == 0
+        and sum(c["generated"] for c in replaced.values()) >= 70
+    )
+    assert [json.loads(lines[1]) for lines in two] == [replaced, replaced]
 
 
 def test_a_host_failing_alone_ends_every_host_in_bounded_time():

@@ -249,3 +249,12 @@ def test_environment_statistics_of_trained_and_evaluated_boards():
     assert "Boards trained, bucket 0: 2 boards, mean size 5.0" in context.account_text(a)
     old = {k: v for k, v in a.to_json().items() if k != "environment"}
     assert context.Account.from_json(old).environment is None and "Boards" not in context.account_text(old)
+    # The share the certified generator replaced: step 0's pool counts, the held-out draw's.
+    trajectory[0]["replaced"] = {"0": {"generated": 8, "replaced": 2}}
+    held = {"0": {"generated": 4, "replaced": 0}, "1": {"generated": 5, "replaced": 5}}
+    a = context.build_account(0, CONFIG, ACCURACY_FIRST, ro, cases=0, trajectory=trajectory, replaced=held)
+    assert [e["replaced"] for e in a.environment["trained"]] == [0.25]
+    assert [e["replaced"] for e in a.environment["evaluated"]] == [0.0, 1.0]
+    assert "Boards trained, bucket 0: 2 boards" in context.account_text(a)
+    assert "replaced by the generator 0.25" in context.account_text(a)
+    assert context.environment_stats([context.board_sums(boards)], {})[0]["replaced"] is None  # (none generated)

@@ -7,7 +7,7 @@ context ablations):
   cut by the token budget (`truncated`), mean completion length and reward, the change in valid
   rate from the previous stage for the same bucket; and the environment statistics per bucket
   of the boards trained and evaluated (`environment`: size, agents, hole density, optimal
-  makespan, distance to goal);
+  makespan, distance to goal, the share of generated boards the certified generator replaced);
 - `breakdown`: within each bucket, cells of (map size, agent count, hole-density band) with
   their rates, intervals and failure flags, the worst first (`breakdown`);
 - `training`: the stage's GRPO trajectory in brief: reward, valid rate, completion length,
@@ -182,9 +182,11 @@ def board_sums(boards: Sequence[dict]) -> dict:
     return out
 
 
-def environment_stats(sums: Sequence[dict]) -> list[dict]:
+def environment_stats(sums: Sequence[dict], replaced: dict | None = None) -> list[dict]:
     """`board_sums` results (e.g. one per GRPO step) merged -> per bucket {"bucket", "boards",
-    and the mean of each BOARD_STATS}, by bucket id."""
+    and the mean of each BOARD_STATS}, by bucket id; with `replaced` (`CertifyStats.replaced` of
+    the draw the boards came from) also "replaced": the share of the bucket's generated boards
+    the certified generator dropped (no joint plan within the horizon) and replaced."""
     total: dict[str, dict] = {}
     for part in sums:
         for bucket, s in part.items():
@@ -196,7 +198,11 @@ def environment_stats(sums: Sequence[dict]) -> list[dict]:
         n = max(t["boards"], 1)
         means = {k: round(t[k] / n, 3) for k in BOARD_STATS if k != "optimal_makespan"}
         means["optimal_makespan"] = round(t["optimal_makespan"] / t["with_optimum"], 3) if t["with_optimum"] else None
-        out.append({"bucket": int(bucket), "boards": t["boards"], **{k: means[k] for k in BOARD_STATS}})
+        row = {"bucket": int(bucket), "boards": t["boards"], **{k: means[k] for k in BOARD_STATS}}
+        if replaced is not None:
+            c = replaced.get(bucket, {"generated": 0})
+            row["replaced"] = round(c["replaced"] / c["generated"], 4) if c["generated"] else None
+        out.append(row)
     return out
 
 
@@ -304,10 +310,13 @@ def build_account(
     history: Sequence[dict] = (),
     breakdown_cells: int = 8,
     trajectory: Sequence[dict] = (),
+    replaced: dict | None = None,
 ) -> Account:
     """The account of one stage's held-out evaluation (rollouts' boards carry "bucket", one row
     per board); `trajectory`: one dict of TRAJECTORY values per GRPO step of the stage, with the
-    `board_sums` of the boards it trained on under "env" (steps without it are left out)."""
+    `board_sums` of the boards it trained on under "env" (steps without it are left out) and
+    step 0 the training pool's `CertifyStats.replaced` under "replaced"; `replaced`: the held-out
+    draw's."""
     buckets = np.array([int(b.get("bucket", 0)) for b in rollouts.boards])
     per_bucket = []
     prev = {json.dumps(b["config"], sort_keys=True): b for b in (previous or {}).get("buckets", [])}
@@ -329,8 +338,11 @@ def build_account(
         history=list(history),
         legal_ranges=legal_ranges(config),
         environment={
-            "trained": environment_stats([t["env"] for t in trajectory if "env" in t]),
-            "evaluated": environment_stats([board_sums(rollouts.boards)]),
+            "trained": environment_stats(
+                [t["env"] for t in trajectory if "env" in t],
+                next((t["replaced"] for t in trajectory if "replaced" in t), None),
+            ),
+            "evaluated": environment_stats([board_sums(rollouts.boards)], replaced),
         },
     )
 
@@ -373,6 +385,7 @@ def account_text(account: dict, evidence: str | None = None, sections: Sequence[
                     f"Boards {name}, bucket {e['bucket']}: {e['boards']} boards, mean size {e['size']:.1f}, "
                     f"agents {e['agents']:.1f}, hole density {e['hole_density']:.2f}, optimal makespan "
                     f"{optimum}, distance to goal {e['distance']:.1f}"
+                    + ("" if e.get("replaced") is None else f", replaced by the generator {e['replaced']:.2f}")
                 )
     if "breakdown" in sections and account.get("breakdown"):
         lines.append("Worst cells (bucket, size, agents, hole density):")

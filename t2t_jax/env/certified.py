@@ -4,7 +4,9 @@ Pipeline, per chunk of boards: generate on device -> `certify` on device (lower 
 prioritized-planning upper bound) -> boards whose bounds differ go to the exact SAT solver in
 a pool of worker processes -> boards with no joint plan within the horizon are dropped and
 replaced from later chunks. The next chunk is generated and certified on device while the
-workers solve the current one, so the device does not wait for the host.
+workers solve the current one, so the device does not wait for the host. `last_stats.replaced`
+counts, per bucket, the boards generated and dropped in the chunks used (the engineer's account
+shows the share replaced).
 
 Results depend on (key, chunk): chunk i is drawn with `fold_in(key, i)`, so chunks can be
 certified apart (`chunk_boards`: the hosts of a pod deal them round-robin) and joined in order.
@@ -34,6 +36,9 @@ class CertifyStats:
     solved_on_host: int = 0
     infeasible: int = 0
     solver_seconds: list = dataclasses.field(default_factory=list)
+    # Per bucket (its id as a string), over the chunks whose boards were used: boards generated and
+    # boards dropped as infeasible (replaced by boards of later chunks). `merge_replaced` adds two.
+    replaced: dict = dataclasses.field(default_factory=dict)
 
     def as_dict(self) -> dict:
         t = np.array(self.solver_seconds or [np.nan])
@@ -87,15 +92,19 @@ class CertifiedGenerator:
         optimum = np.where(bounds.certified, bounds.upper, -1).astype(np.int32)
         actions = np.array(bounds.plans.actions)
         a = actions.shape[1]
+        bucket = np.asarray(boards.bucket)
+        counts = {b: {"generated": int(n), "replaced": 0} for b, n in enumerate(np.bincount(bucket)) if n}
         for i, sol in zip(todo, solutions):
             stats.solver_seconds.append(sol.seconds)
             if sol.optimal_makespan is None:
                 stats.infeasible += 1
+                counts[int(bucket[i])]["replaced"] += 1
                 continue
             stats.solved_on_host += 1
             optimum[i] = sol.optimal_makespan
             actions[i] = io.plans_from_lists([sol.plan], a, self.horizon).actions[0]
         stats.certified_on_device += int(bounds.certified.sum())
+        stats.replaced = merge_replaced(stats.replaced, {str(b): c for b, c in counts.items()})
         keep = np.flatnonzero(optimum >= 0)
         return keep, optimum, actions
 
@@ -140,6 +149,16 @@ class CertifiedGenerator:
                         p.cancel()
         self.last_stats = stats
         return _assemble(parts, num)
+
+
+def merge_replaced(a: dict, b: dict) -> dict:
+    """Two `CertifyStats.replaced` counts added, by bucket."""
+    out = {k: dict(v) for k, v in a.items()}
+    for bucket, c in b.items():
+        t = out.setdefault(bucket, {"generated": 0, "replaced": 0})
+        t["generated"] += c["generated"]
+        t["replaced"] += c["replaced"]
+    return out
 
 
 def _assemble(parts, num):

@@ -5,7 +5,8 @@ key (grpo_seed, 100, stage)), then `grpo.steps` GRPO steps (rl/step.py) from the
 `run.record.step`, each one unit of work (a stop inside a step's rollouts redoes the step on
 resume), checkpointed every `checkpoint.every` steps; each step adds a point to the run's
 trajectory (the engineer's account reads it, the statistics of the step's boards
-under "env") and its scalars to TensorBoard.
+under "env", step 0's the pool's boards replaced by the certified generator under "replaced") and
+its scalars to TensorBoard.
 """
 
 from __future__ import annotations
@@ -28,20 +29,22 @@ def train_stage(loop, run: RunState, trainer) -> RunState:
     settings = StepSettings.from_config(c)
     env_config = EnvConfig.from_json(run.record.history[-1])
     need = c.grpo.steps * c.grpo.prompts * (1 + c.grpo.dynamic_sampling_rounds)
-    pool = loop.guard(run, lambda: loop.boards(env_config, loop.grpo_key(100, s), need))
+    pool, replaced = loop.guard(run, lambda: loop.draw(env_config, loop.grpo_key(100, s), need))
     if c.grpo.guidance == "canonical":
         pool = sft.canonical_plans(pool, env_config.max_size, env_config.max_agents)
     start = run.record.step
     for step in tqdm(
         range(start, c.grpo.steps), desc=f"stage {s}", disable=not loop.progress, initial=start, total=c.grpo.steps
     ):
-        run = loop.guard(run, lambda: _step(loop, run, trainer, settings, pool, step, env_config))
+        run = loop.guard(run, lambda: _step(loop, run, trainer, settings, pool, step, env_config, replaced))
         if (step + 1) % c.checkpoint.every == 0 and step + 1 < c.grpo.steps:
             run = loop.save(run)
     return run
 
 
-def _step(loop, run: RunState, trainer, settings: StepSettings, pool, step: int, env_config: EnvConfig) -> RunState:
+def _step(
+    loop, run: RunState, trainer, settings: StepSettings, pool, step: int, env_config: EnvConfig, replaced: dict
+) -> RunState:
     c, s = loop.config, run.record.stage
     global_step = s * c.grpo.steps + step
     weights = run.record.weights[-1]
@@ -51,6 +54,8 @@ def _step(loop, run: RunState, trainer, settings: StepSettings, pool, step: int,
     log_step(loop.writer, global_step, ro, drawn, metrics, env_config, c.logging.text_every)
     trained = board_sums(ro.boards[:: c.grpo.group_size])  # (one row per group: its board)
     point = {"stage": s, "step": step, **trajectory_point(drawn, metrics), "env": trained}
+    if step == 0:  # (the pool's: per bucket, boards the certified generator generated and replaced)
+        point["replaced"] = replaced
     return run.replace(train=state, step=step + 1, trajectory=[*run.record.trajectory, point])
 
 
