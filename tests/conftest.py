@@ -2,7 +2,8 @@
 emulator (`emulator`: `gcp-storage-emulator` on 127.0.0.1 with STORAGE_EMULATOR_HOST pointing
 every layer, gcsfs and tensorstore under Orbax, at it; the bucket BUCKET made).
 
-The emulator is started with two fixes that make it answer as GCS does (`PATCH` below): a
+The emulator is started with two fixes that make it answer as GCS does (`PATCH` below; also a
+listen backlog of 1,024 connections instead of 5, so none is reset under load): a
 download carries the object's generation (`x-goog-generation`: without it tensorstore's
 conditional re-reads of an OCDBT manifest fail with "Malformed StorageGeneration", every time in
 a whole smoke run, now and then in a small save), and an upload honours `ifGenerationMatch`
@@ -79,6 +80,7 @@ EMULATOR_VARS = (
 
 # Run as `python -c PATCH start --host=... --port=... ...`: the emulator's CLI with the two fixes.
 PATCH = """
+import http.server
 import sys
 from http import HTTPStatus
 
@@ -119,6 +121,10 @@ def insert(request, response, storage, *args, **kwargs):
     return _insert(request, response, storage, *args, **kwargs)
 
 
+# A backlog of 1,024 connections, not socketserver's 5: the emulator serves one request at a time,
+# and under load the connections past its backlog were reset (a client's retried write then met
+# the first attempt's object).
+http.server.HTTPServer.request_queue_size = 1024
 swap = {_download: download, _insert: insert}
 server.HANDLERS = tuple((rx, {m: swap.get(h, h) for m, h in hs.items()}) for rx, hs in server.HANDLERS)
 sys.exit(main(sys.argv[1:]))
