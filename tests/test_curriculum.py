@@ -148,6 +148,7 @@ def test_the_target_and_the_mechanism_in_the_study(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # (a whole study: 3 runs of configs/stage.py:smoke, and the command again)
 def test_grpo_seeds_share_one_warm_start_and_differ_after_it(tmp_path):
     """launch.study --grpo_seeds: one warm start, two runs of the arm from it that differ (another
     GRPO seed: other training boards and rollouts), each scored on eval.target; the same command
