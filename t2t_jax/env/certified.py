@@ -93,18 +93,18 @@ class CertifiedGenerator:
         actions = np.array(bounds.plans.actions)
         a = actions.shape[1]
         bucket = np.asarray(boards.bucket)
-        counts = {b: {"generated": int(n), "replaced": 0} for b, n in enumerate(np.bincount(bucket)) if n}
+        counts = {str(b): {"generated": int(n), "replaced": 0} for b, n in enumerate(np.bincount(bucket)) if n}
         for i, sol in zip(todo, solutions):
             stats.solver_seconds.append(sol.seconds)
             if sol.optimal_makespan is None:
                 stats.infeasible += 1
-                counts[int(bucket[i])]["replaced"] += 1
+                counts[str(bucket[i])]["replaced"] += 1
                 continue
             stats.solved_on_host += 1
             optimum[i] = sol.optimal_makespan
             actions[i] = io.plans_from_lists([sol.plan], a, self.horizon).actions[0]
         stats.certified_on_device += int(bounds.certified.sum())
-        stats.replaced = merge_replaced(stats.replaced, {str(b): c for b, c in counts.items()})
+        stats.replaced = merge_replaced(stats.replaced, counts)
         keep = np.flatnonzero(optimum >= 0)
         return keep, optimum, actions
 
