@@ -34,6 +34,26 @@ def test_paths_resolve_and_join(emulator):
     assert storage.dirname("gs://b/run/checkpoints") == "gs://b/run"
 
 
+def test_the_emulator_answers_conditional_media_reads_as_gcs_does(emulator):
+    # (tensorstore's path: the JSON API's ?alt=media; without the generation header and the 304, a
+    # conditional re-read of an OCDBT manifest left it without a generation: "Malformed StorageGeneration")
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    storage.write_atomic(f"gs://{BUCKET}/cond/object", b"data")
+    name = urllib.parse.quote("cond/object", safe="")
+    meta = json.loads(urllib.request.urlopen(f"{emulator}/storage/v1/b/{BUCKET}/o/{name}").read())
+    media = f"{emulator}/storage/v1/b/{BUCKET}/o/{name}?alt=media"
+    with urllib.request.urlopen(media) as r:
+        assert r.read() == b"data" and r.headers["x-goog-generation"] == meta["generation"]
+    for query, code in ((f"ifGenerationNotMatch={meta['generation']}", 304), ("ifGenerationMatch=1", 412)):
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(f"{media}&{query}")
+        assert e.value.code == code
+    assert urllib.request.urlopen(f"{media}&ifGenerationMatch={meta['generation']}").read() == b"data"
+
+
 def test_run_directory_fresh_resume_and_history_on_gs(emulator):
     workdir = f"gs://{BUCKET}/runs/one"
     run = rundir.open_run(workdir, config())

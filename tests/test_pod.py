@@ -1,10 +1,9 @@
 """The pod path as pods run it (slow): `configs/qwen3_4b.py:rehearsal` (every code path of the paper
 config with the tiny model) as two processes x 4 CPU devices over localhost (jax.distributed,
-gloo), SIGTERM to one host in the middle of stage 0, `--resume` on both; the records equal an
-uninterrupted single-process run on 8 devices. Then a second start without `--resume` is refused
-on both hosts at once. The run directory is local: on the GCS emulator (tests/conftest.py
-`emulator`) the same run passed once by hand and failed once at its first save, tensorstore
-reading the emulator's OCDBT manifest ("Malformed StorageGeneration"; docs/stage_loop.md)."""
+gloo) with the run directory on a bucket (`gs://`, the GCS emulator of tests/conftest.py
+`emulator`, started by the test on 127.0.0.1), SIGTERM to one host in the middle of stage 0,
+`--resume` on both; the records equal an uninterrupted single-process run on 8 devices (its run
+directory local). Then a second start without `--resume` is refused on both hosts at once."""
 
 import json
 import os
@@ -14,7 +13,7 @@ import sys
 import time
 
 import pytest
-from conftest import free_port
+from conftest import BUCKET, free_port
 
 from t2t_jax import storage
 
@@ -79,8 +78,9 @@ def hosts(workdir, *flags, cache_root, stop_host=None, stop_when=None, timeout=9
             procs[stop_host].send_signal(signal.SIGTERM)
             stopped = True
         time.sleep(1)
-    assert stop_when is None or stopped, "the stop condition never held"
-    return [(p.returncode, p.stdout.read()) for p in procs]
+    out = [(p.returncode, p.stdout.read()) for p in procs]
+    assert stop_when is None or stopped, ("the stop condition never held", [(c, o[-3000:]) for c, o in out])
+    return out
 
 
 def records(workdir) -> tuple[list, list]:
@@ -89,14 +89,14 @@ def records(workdir) -> tuple[list, list]:
     return results, proposals
 
 
-def test_two_hosts_stop_together_resume_and_match_one_host(tmp_path):
+def test_two_hosts_on_a_bucket_stop_together_resume_and_match_one_host(tmp_path, emulator):
     single = tmp_path / "single"
     out = subprocess.run(
         _command(single, cache=tmp_path / "cache1"), env=_env(HOSTS * DEVICES), cwd=ROOT, capture_output=True, text=True
     )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
 
-    workdir = str(tmp_path / "pod")
+    workdir = f"gs://{BUCKET}/pod"
     checkpoints = storage.join(workdir, "checkpoints")
     # checkpoint 1: the initial point; 2: stage 0's first GRPO step (checkpoint.every = 1)
     mid_stage = lambda: storage.exists(checkpoints) and "2" in storage.listdir(checkpoints)  # noqa: E731
