@@ -21,6 +21,9 @@ Arms (`launch.study --arms=...`; the names launch.study knows, or name:key=value
                                                 breakdown; selective edits or a rewrite)
     scripted_nobreak:engineer.kind=scripted+engineer.breakdown_cells=0   (breakdown off)
     self                                        the policy as its own engineer
+    replay                                      engineer.kind=fixed + grpo.replay=0.5: half of each
+                                                batch replayed from the most learnable boards seen
+                                                (PLR / SFL-style, rl/replay.py)
     dynamic:engineer.kind=fixed+grpo.dynamic_sampling=True+grpo.dynamic_sampling_rounds=3
 
 The positive control first (fixed against one adaptive curriculum, 6 runs each from one warm

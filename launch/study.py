@@ -167,12 +167,14 @@ def main(argv):
         for s in seeds
     ]
     grpo_seeds = [int(g) for g in _GRPO_SEEDS.value] or [None]
-    for arm, overrides in arms.items():
-        # The arm's own fields may differ from the warm start's (recorded in the run's history.jsonl).
-        changed = [o.split("=", 1)[0] for o in overrides] + (["grpo_seed"] if grpo_seeds != [None] else [])
-        allow = [f"--allow_changes={','.join(changed)}"] if changed else []
-        for s in seeds:
-            for g in grpo_seeds:
+    # Run by run, every arm of a (seed, GRPO seed) before the next: a study stopped part way holds
+    # whole sets of paired runs.
+    for s in seeds:
+        for g in grpo_seeds:
+            for arm, overrides in arms.items():
+                # The arm's own fields may differ from the warm start's (recorded in its history.jsonl).
+                changed = [o.split("=", 1)[0] for o in overrides] + (["grpo_seed"] if grpo_seeds != [None] else [])
+                allow = [f"--allow_changes={','.join(changed)}"] if changed else []
                 workdir = os.path.join(root, arm, study.run_name(s, g))
                 plan.append(
                     (

@@ -6,7 +6,8 @@
 
 It holds the cursor (phase, stage, step), the counter of checkpoints written, and everything a
 resumed run needs to continue exactly: the configs and reward weights so far, the engineer's
-records, the evaluation points (results.json), the failure accounts and the GRPO trajectory.
+records, the evaluation points (results.json), the failure accounts, the GRPO trajectory and
+the replay buffer.
 `RunState` is what the stage loop's phases map to their successors: the train state, the
 reference params and this record. A record is never changed in place: a phase returns a new one
 (`dataclasses.replace`), so the state a unit of work began from stays intact for a checkpoint.
@@ -39,6 +40,7 @@ class RunRecord:
     has_ref: bool = False  # whether the checkpoint holds reference params
     sft_round: int = 0  # the SFT round under way: 0 the main one, r > 0 the r-th extra (sft.extra_steps)
     sft_checks: list = dataclasses.field(default_factory=list)  # the warm-start check after each round
+    replay: list = dataclasses.field(default_factory=list)  # the replay buffer of learnable boards (rl/replay.py)
 
     @classmethod
     def start(cls, first: dict, weights: dict, sft: bool) -> RunRecord:

@@ -73,6 +73,7 @@ SAMPLED = ("monitor", "target")
 ARMS = {
     "grpo": (),
     "shuffle": ("grpo.control=shuffle",),
+    "replay": ("engineer.kind=fixed", "grpo.replay=0.5"),  # PLR / SFL-style replay of learnable boards
     **{
         kind: (f"engineer.kind={kind}",)
         for kind in ("self", "fixed", "random", "frontier", "learnability", "uniform", "scripted", "scripted_rewrite")

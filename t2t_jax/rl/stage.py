@@ -6,7 +6,8 @@ key (grpo_seed, 100, stage)), then `grpo.steps` GRPO steps (rl/step.py) from the
 resume), checkpointed every `checkpoint.every` steps; each step adds a point to the run's
 trajectory (the engineer's account reads it, the statistics of the step's boards
 under "env", step 0's the pool's boards replaced by the certified generator under "replaced") and
-its scalars to TensorBoard.
+its scalars to TensorBoard. With `grpo.replay` > 0 each step also updates the replay buffer of
+learnable boards (rl/replay.py) that the run's record carries from step to step and stage to stage.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from tqdm import tqdm
 from t2t_jax.engineer.context import board_sums
 from t2t_jax.env import io
 from t2t_jax.env.config import EnvConfig
-from t2t_jax.rl import sft
+from t2t_jax.rl import replay, sft
 from t2t_jax.rl.rewards import TERMS
 from t2t_jax.rl.step import StepSettings, grpo_step, trajectory_point
 from t2t_jax.runrecord import RunState
@@ -49,14 +50,16 @@ def _step(
     global_step = s * c.grpo.steps + step
     weights = run.record.weights[-1]
     state, ro, drawn, metrics = grpo_step(
-        loop.policy, trainer, settings, run.train, run.ref, pool, step, weights, global_step
+        loop.policy, trainer, settings, run.train, run.ref, pool, step, weights, global_step, run.record.replay
     )
+    g = c.grpo.group_size
+    buffer = replay.update(settings.replay, run.record.replay, drawn.boards[::g], drawn.terms["valid"], g, global_step)
     log_step(loop.writer, global_step, ro, drawn, metrics, env_config, c.logging.text_every)
-    trained = board_sums(ro.boards[:: c.grpo.group_size])  # (one row per group: its board)
+    trained = board_sums(ro.boards[::g])  # (one row per group: its board)
     point = {"stage": s, "step": step, **trajectory_point(drawn, metrics), "env": trained}
     if step == 0:  # (the pool's: per bucket, boards the certified generator generated and replaced)
         point["replaced"] = replaced
-    return run.replace(train=state, step=step + 1, trajectory=[*run.record.trajectory, point])
+    return run.replace(train=state, step=step + 1, trajectory=[*run.record.trajectory, point], replay=buffer)
 
 
 def log_step(writer, step: int, ro, drawn, metrics: dict, env_config: EnvConfig, text_every: int) -> None:

@@ -1,12 +1,13 @@
 """One GRPO step of the stage loop, apart from the loop's bookkeeping.
 
     settings = StepSettings.from_config(config)
-    out = grpo_step(policy, trainer, settings, state, ref, boards, step, weights, global_step)
+    out = grpo_step(policy, trainer, settings, state, ref, boards, step, weights, global_step, buffer)
     out.state, out.rollouts, out.drawn, out.metrics
 
 The step: up to 1 + `grpo.dynamic_sampling_rounds` rounds of `grpo.prompts` boards x
-`grpo.group_size` samples (round r of step s takes boards[(s * rounds + r) * prompts:][:prompts]),
-each round optionally guided (a certified plan in place of a sample in groups without a
+`grpo.group_size` samples (round r of step s takes boards[(s * rounds + r) * prompts:][:prompts],
+with `grpo.replay` of them replaced by boards of the replay buffer: rl/replay.py), each round
+optionally guided (a certified plan in place of a sample in groups without a
 success); dynamic sampling keeps the groups whose accuracy differs (`grpo.select_groups`) and
 fills the batch at advantage 0; no update when no group differs; advantages
 (`grpo.batch_advantages`, the shuffle control among them), old log-probs from the sampler or
@@ -26,7 +27,7 @@ import numpy as np
 from t2t_jax import fields
 from t2t_jax.models.qwen3.presets import Qwen3Config
 from t2t_jax.perf import PhaseTimer, model_flops
-from t2t_jax.rl import grpo
+from t2t_jax.rl import grpo, replay
 from t2t_jax.rollout import Rollouts, concat, guide
 
 GUIDANCE = ("none", "witness", "canonical")  # grpo.guidance
@@ -36,9 +37,10 @@ OLD_LOGPROBS = ("recompute", "sampler")  # grpo.old_logprobs
 @dataclasses.dataclass(frozen=True)
 class StepSettings:
     """What one GRPO step reads of the config: the `grpo` section's batch, selection, guidance
-    and advantage settings, the rollout's decoding (`rollout.*`) and the GRPO phase's seed
-    (`grpo_seed`, default the run's seed: the sampling seed of each round and the shuffle
-    control's). The schema checks the values
+    and advantage settings, the replay of learnable boards (`grpo.replay*`), the rollout's
+    decoding (`rollout.*`) and the GRPO phase's seed (`grpo_seed`, default the run's seed: the
+    sampling seed of each round, the replay draw's and the shuffle control's). The schema checks
+    the values
     (`GUIDANCE`, `OLD_LOGPROBS`: legal values this module owns)."""
 
     prompts: int
@@ -57,16 +59,18 @@ class StepSettings:
     top_k: int
     top_p: float
     seed: int
+    replay: replay.ReplaySettings = replay.ReplaySettings()
 
     @classmethod
     def from_config(cls, config) -> StepSettings:
         """The slice of a run config (`grpo`, `rollout`, `grpo_seed`)."""
         g, r = config.grpo, config.rollout
-        names = {f.name for f in dataclasses.fields(cls)}
+        names = {f.name for f in dataclasses.fields(cls)} - {"replay"}
         return cls(
             **{k: g[k] for k in names if k in g},
             **{k: r[k] for k in ("max_new_tokens", "temperature", "top_k", "top_p")},
             seed=fields.grpo_seed(config),
+            replay=replay.ReplaySettings.from_config(config),
         )
 
     @property
@@ -79,35 +83,41 @@ class StepOutput(NamedTuple):
     state: Any  # the train state after the update (unchanged when there was none)
     rollouts: Rollouts  # the batch the update trained on (after selection and guidance)
     drawn: Rollouts  # every sample the policy drew this step, before selection and guidance
-    metrics: dict  # the update's metrics, plus guided, informative_groups, no_signal, tokens_per_s
+    metrics: dict  # the update's metrics, plus guided, informative_groups, replayed, no_signal, tokens_per_s
 
 
 def trajectory_point(drawn: Rollouts, metrics: dict) -> dict:
     """One step in brief for the engineer's account (engineer/context.py TRAJECTORY): the
     policy's own samples (reward, valid rate, completion tokens, how many were drawn), the share
-    of informative groups over its rounds, and the update's entropy, KL and clip fractions (None
-    without an update)."""
+    of informative groups over its rounds and of replayed ones (rl/replay.py), and the update's
+    entropy, KL and clip fractions (None without an update)."""
     return {
         "reward": float(np.mean(drawn.rewards)),
         "valid": float(np.mean(drawn.terms["valid"])),
         "tokens": float(np.mean(drawn.lengths)),
         "samples": len(drawn.texts),
         "informative_groups": metrics.get("informative_groups"),
+        "replayed": metrics.get("replayed", 0.0),
         **{k: metrics.get(k) for k in ("entropy", "kl", "clip_low", "clip_high")},
         "no_signal": bool(metrics.get("no_signal", 0.0)),
     }
 
 
-def sample_rounds(policy, g: StepSettings, params, boards: Sequence[dict], step: int, weights, global_step: int):
-    """(rounds after guidance, rounds as drawn, [G] informative mask per round): rounds stop once
-    `grpo.prompts` informative groups were found (one round without dynamic sampling)."""
+def sample_rounds(
+    policy, g: StepSettings, params, boards: Sequence[dict], step: int, weights, global_step: int, buffer=()
+):
+    """(rounds after guidance, rounds as drawn, [G] informative mask per round, groups replayed
+    from `buffer`): rounds stop once `grpo.prompts` informative groups were found (one round
+    without dynamic sampling)."""
     p, per_step = g.prompts, 1 + g.dynamic_sampling_rounds
-    rounds, drawn, informative = [], [], []
+    rounds, drawn, informative, replayed = [], [], [], 0
     for round_ in range(g.rounds):
         start = (step * per_step + round_) * p
+        chosen, k = replay.mix(g.replay, buffer, boards[start : start + p], (g.seed, global_step, round_), global_step)
+        replayed += k
         ro = policy.rollout(
             params,
-            boards[start : start + p],
+            chosen,
             n=g.group_size,
             max_new_tokens=g.max_new_tokens,
             reward_weights=weights,
@@ -123,19 +133,28 @@ def sample_rounds(policy, g: StepSettings, params, boards: Sequence[dict], step:
         informative.append(grpo.informative_groups(ro.terms, ro.rewards, g.group_size, g.informative))
         if sum(m.sum() for m in informative) >= p:
             break
-    return rounds, drawn, informative
+    return rounds, drawn, informative, replayed
 
 
-def grpo_step(policy, trainer, g: StepSettings, state, ref, boards, step: int, weights, global_step: int) -> StepOutput:
+def grpo_step(
+    policy, trainer, g: StepSettings, state, ref, boards, step: int, weights, global_step: int, buffer=()
+) -> StepOutput:
     """One GRPO update of `trainer` from `policy`'s rollouts of `boards` (see the module
-    docstring); `ref`: the reference params (used when grpo.beta > 0)."""
-    rounds, drawn, informative = sample_rounds(policy, g, state.params, boards, step, weights, global_step)
+    docstring); `ref`: the reference params (used when grpo.beta > 0); `buffer`: the replay
+    buffer (rl/replay.py; used when grpo.replay > 0)."""
+    rounds, drawn, informative, replayed = sample_rounds(
+        policy, g, state.params, boards, step, weights, global_step, buffer
+    )
     ro, signal = rounds[-1], None
     if g.dynamic_sampling:
         picks = grpo.select_groups(informative, g.prompts)
         ro = concat([rounds[r].select(range(i * g.group_size, (i + 1) * g.group_size)) for r, i in picks])
         signal = [informative[r][i] for r, i in picks]
-    metrics = {"guided": float(np.mean(ro.guided)), "informative_groups": float(np.mean(np.concatenate(informative)))}
+    metrics = {
+        "guided": float(np.mean(ro.guided)),
+        "informative_groups": float(np.mean(np.concatenate(informative))),
+        "replayed": replayed / (len(rounds) * g.prompts),
+    }
     if signal is not None and not any(signal):
         # No group differs: no update at all (with a zero gradient Adam's momentum alone would still
         # move the params; measured: docs/experiments.md, the no-signal rule).
