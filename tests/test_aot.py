@@ -80,6 +80,7 @@ def test_suggest_prints_the_fewest_micro_batches_that_fit_and_their_overrides():
 
 
 @needs_libtpu
+@pytest.mark.slow  # (55 s on an idle 2-core machine: the Pallas kernel's lowering)
 def test_the_paged_decode_step_lowers_the_pallas_kernel_and_its_pool_follows_kv_tokens():
     """qwen3-0.6b (head_dim 128: the kernel's TPU tiling) on a v5e:2x2 over fsdp=2 x tensor=2: the
     paged step compiles with `paged_attention` for real chips, and a pool of a quarter of the

@@ -7,7 +7,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+pytestmark = pytest.mark.slow  # (two launchers end to end, 70 s on an idle 2-core machine)
 
 
 def rows(*args: str) -> dict:

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from conftest import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -22,6 +23,7 @@ def hosts(script: str, n: int, out: str) -> list[list[str]]:
     return [open(f"{out}.{i}").read().split("\n") for i in range(n)]
 
 
+@pytest.mark.slow  # (48 s on an idle 2-core machine)
 def test_two_hosts_deal_the_certification_and_hold_one_hosts_boards(tmp_path):
     """Each host certifies every other chunk (its solver work too); both hold the boards one
     process draws, in its order, and its counts of boards replaced; a stop asked on one host

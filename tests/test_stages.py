@@ -1,6 +1,8 @@
 """The whole loop with the shrunken embedded default (`configs/stage.py:smoke`): stages run,
 proposals are recorded, the tables are written, and a run killed mid-stage (SIGKILL) or
-preempted (SIGTERM) resumes to the same parameters as an uninterrupted run."""
+preempted (SIGTERM) resumes to the same parameters as an uninterrupted run. Slow, the whole
+module: its module runs (`run`, `checked`) are built once for all its tests, in the slow set
+(CI runs `-m "slow and not long"`)."""
 
 import json
 import os
@@ -19,6 +21,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "JAX_PLATFORMS": "cpu"}
 CACHE = ""  # set by the compilation_cache fixture
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -173,7 +176,6 @@ def test_existing_workdir_needs_resume(run):
     assert out.returncode != 0 and "pass --resume" in out.stderr
 
 
-@pytest.mark.slow
 def test_kl_run_resumes_from_an_sft_checkpoint_and_a_changed_beta_is_named(tmp_path):
     """With grpo.beta > 0 the reference params join the checkpoints at the GRPO phase: a resume
     from an SFT checkpoint restores without them, and a resume that changes beta says so."""
@@ -260,7 +262,6 @@ def _kill_after_checkpoint(workdir, sig, checkpoint, *extra):
     return proc.wait(timeout=300), proc.stdout.read()
 
 
-@pytest.mark.slow
 def test_sigkill_mid_stage_then_resume_equals_uninterrupted(run, tmp_path):
     workdir, _ = run
     # checkpoints of the smoke run: 1 sft step 1, 2 warm start, 3 stage 0 step 1 (then step 2
@@ -320,7 +321,6 @@ def test_warm_start_check_adds_sft_rounds_until_they_run_out(checked):
     assert rates[2] == rates[4] == rates[0] < rates[1]  # each round restarts the warmup
 
 
-@pytest.mark.slow
 def test_warm_start_check_resumes_mid_round_and_a_passing_check_changes_nothing(checked, tmp_path):
     workdir, _ = checked
     code, _ = _kill_after_checkpoint(tmp_path / "killed", signal.SIGKILL, 2, *CHECK)
@@ -458,7 +458,6 @@ def test_eval_through_the_served_run_gives_the_in_process_verdicts(run, served, 
     assert len(list((tmp_path / "api_cache").iterdir())) == usage["requests"]
 
 
-@pytest.mark.slow
 def test_the_stage_loop_with_a_served_engineer(served, tmp_path):
     """engineer.kind=api against launch.serve: the proposal is decoded under the schema by the
     served model, recorded and checked like the in-process engineer's."""
@@ -474,7 +473,6 @@ def test_the_stage_loop_with_a_served_engineer(served, tmp_path):
     assert record["accepted"] or record["reason"].startswith("rejected: ")
 
 
-@pytest.mark.slow
 def test_the_base_engineer_decodes_with_the_params_grpo_started_from(tmp_path):
     """engineer.kind=base keeps the post-warm-start params in the checkpoints (as `ref`, also at
     grpo.beta = 0), and a resumed runner hands exactly those to the engineer, not the random init."""
@@ -492,7 +490,6 @@ def test_the_base_engineer_decodes_with_the_params_grpo_started_from(tmp_path):
     assert not all(jax.tree.leaves(init))
 
 
-@pytest.mark.slow
 def test_sigterm_checkpoints_and_exits_cleanly(run, tmp_path):
     workdir, _ = run
     code, out = _kill_after_checkpoint(tmp_path, signal.SIGTERM, 5)
@@ -502,7 +499,6 @@ def test_sigterm_checkpoints_and_exits_cleanly(run, tmp_path):
         np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.slow
 def test_sigterm_inside_a_stage_end_checkpoints_within_one_batch_and_resumes_exactly(run, tmp_path, monkeypatch):
     """SIGTERM during stage 0's held-out evaluation: no further decode call, a checkpoint of the
     trained state with the stage's end still to do, exit status 0; the resume redoes that end
@@ -546,7 +542,6 @@ def test_sigterm_inside_a_stage_end_checkpoints_within_one_batch_and_resumes_exa
     assert json.load(open(tmp_path / "results.json")) == json.load(open(workdir / "results.json"))
 
 
-@pytest.mark.slow
 def test_sigterm_inside_a_steps_rollouts_stops_the_engine_and_redoes_the_step(run, tmp_path, monkeypatch):
     """SIGTERM as stage 0's second GRPO step starts: its rollouts stop at the engine's next
     chunk (no decode call runs), the checkpoint holds the state after step 1 of 2, exit status 0;
