@@ -21,8 +21,9 @@ from t2t_jax.runrecord import RunRecord, RunState
 
 
 def board(i: int) -> dict:
-    """A 5x5 board told apart by its holes; `id` for the tests' bookkeeping."""
-    return {"id": i, "size": 5, "holes": [[0, i % 5], [1, i // 5]], "starts": [[4, 4]], "goals": [[4, 0]], "bucket": 0}
+    """A 5x5 board told apart by its holes (ids 0..124); `id` for the tests' bookkeeping."""
+    holes = [[0, i % 5], [1, i // 5 % 5], [2, i // 25 % 5]]
+    return {"id": i, "size": 5, "holes": holes, "starts": [[4, 4]], "goals": [[4, 0]], "bucket": 0}
 
 
 def entry(i: int, score: float, seen: int) -> dict:
@@ -44,6 +45,18 @@ def test_probabilities_follow_plrs_rank_and_staleness_mix():
     # every board trained on at this step: staleness is uniform
     fresh = [entry(0, 0.09, 6), entry(1, 0.25, 6)]
     np.testing.assert_allclose(replay.probabilities(s, fresh, 6), 0.8 * np.array([0.2, 0.8]) + 0.2 * 0.5)
+    # tied scores share their average rank (1.5, 1.5, 3); a board sampled after `step` counts 0 steps stale
+    tied = [entry(0, 0.25, 9), entry(1, 0.25, 2), entry(2, 0.1, 4)]
+    w = np.array([1.5, 1.5, 3.0]) ** -2.0
+    np.testing.assert_allclose(replay.probabilities(s, tied, 6), 0.8 * w / w.sum() + 0.2 * np.array([0, 4, 2]) / 6)
+
+
+def test_a_tiny_temperature_is_greedy_not_an_error():
+    s = ReplaySettings(share=0.5, size=64, temperature=1e-3, staleness=0.0)
+    buffer = [entry(i, 0.01 * (i + 1), 0) for i in range(20)]  # the best: ids 19, 18, ...
+    boards, k = replay.mix(s, buffer, [board(100 + i) for i in range(16)], (1, 2, 3), 4)
+    assert k == 8 and sorted(b["id"] for b in boards[:8]) == list(range(12, 20))
+    assert np.isfinite(replay.probabilities(s, buffer, 4)).all()
 
 
 def test_mix_replays_its_share_first_distinct_and_deterministic():
@@ -55,8 +68,12 @@ def test_mix_replays_its_share_first_distinct_and_deterministic():
     assert len({b["id"] for b in boards[:4]}) == 4 and all(b["id"] < 6 for b in boards[:4])
     assert [b["id"] for b in boards[4:]] == [100, 101, 102, 103]
     assert replay.mix(s, buffer, fresh, (3, 7, 0), 5) == (boards, 4)
-    # never more than the buffer holds; an empty buffer or share 0 leaves the fresh boards
-    assert replay.mix(ReplaySettings(share=1.0), buffer[:2], fresh, 0, 5)[1] == 2
+    # never more than the buffer holds, nor a board an earlier round took; floor(share x prompts)
+    assert replay.mix(ReplaySettings(share=0.9), buffer[:2], fresh, 0, 5)[1] == 2
+    taken = frozenset(replay.key(board(i)) for i in range(4))
+    assert {b["id"] for b in replay.mix(s, buffer, fresh, 0, 5, taken)[0][:2]} == {4, 5}
+    assert replay.mix(ReplaySettings(share=0.9), buffer, fresh[:1], 0, 5) == (fresh[:1], 0)
+    # an empty buffer or share 0 leaves the fresh boards
     assert replay.mix(s, [], fresh, 0, 5) == (fresh, 0)
     assert replay.mix(ReplaySettings(share=0.0), buffer, fresh, 0, 5) == (fresh, 0)
 
@@ -84,11 +101,21 @@ def test_update_rescores_drops_the_unlearnable_and_keeps_the_most_learnable():
     more = replay.update(s, out, [board(7), board(8)], [1, 0, 1, 0], 2, 10)
     assert [e["board"]["id"] for e in more] == [7, 8, 1]  # size 3: ties go to the most recently seen
     assert replay.update(ReplaySettings(share=0.0), buffer, [board(5)], [1, 0], 2, 9) == buffer
+    # a board in two groups of a step is scored over all its samples (3 of 4 valid: 0.1875)
+    assert replay.update(s, [], [board(3), board(3)], [1, 0, 1, 1], 2, 1) == [entry(3, 0.1875, 1)]
 
 
 @pytest.mark.parametrize(
     "key, value",
-    [("replay", 1.5), ("replay", -0.1), ("replay", float("nan")), ("replay_size", 0), ("replay_temperature", 0.0)],
+    [
+        ("replay", 1.0),
+        ("replay", -0.1),
+        ("replay", float("nan")),
+        ("replay_size", 0),
+        ("replay_size", 10**6),
+        ("replay_temperature", 0.0),
+        ("replay_staleness", 1.5),
+    ],
 )
 def test_the_schema_names_a_bad_replay_setting(key, value):
     c = base()
@@ -132,6 +159,18 @@ def test_a_grpo_step_trains_on_replayed_boards():
     out = grpo_step(policy, trainer, g, State("p", 0), {}, [board(i) for i in range(8)], 1, {"valid": 1.0}, 1, buffer)
     assert sorted(policy.calls[0][:2]) in ([90, 91], [90, 92], [91, 92]) and policy.calls[0][2:] == [4, 5]
     assert out.metrics["replayed"] == 0.5 and len(trainer.batches) == 1
+
+
+def test_dynamic_sampling_rounds_never_replay_a_board_twice_and_count_the_trained_share():
+    _, g = settings(dynamic_sampling=True, dynamic_sampling_rounds=2)
+    policy = Policy(2)
+    buffer = [entry(0, 0.25, 0), entry(3, 0.25, 0), entry(6, 0.25, 0), entry(9, 0.25, 0)]
+    fresh = [board(i) for i in range(40, 64) if i % 3]  # (never learnable: all-invalid groups)
+    out = grpo_step(policy, Trainer(), g, State("p", 0), {}, fresh, 0, {}, 1, buffer)
+    replayed = [i for call in policy.calls for i in call[:2]]
+    assert len(policy.calls) == 2 and len(set(replayed)) == 4 and set(replayed) == {0, 3, 6, 9}
+    # the four informative groups are the four replayed boards: the whole trained batch
+    assert sorted(b["id"] for b in out.rollouts.boards[::2]) == [0, 3, 6, 9] and out.metrics["replayed"] == 1.0
 
 
 class Loop:

@@ -109,8 +109,8 @@ def base() -> mlc.ConfigDict:
     # (valid / optimal) or "reward" (the total, shaping terms included); groups that fill the
     # batch up when too few differ get advantage 0 (padding, not signal). control: "shuffle"
     # permutes the advantages within each group, the no-signal baseline of a learning claim.
-    # replay: the share of each round's boards replayed from a buffer of the `replay_size` most
-    # learnable boards seen (p(1-p) of the group's valid rate; PLR / SFL-style, rl/replay.py),
+    # replay: the share ([0, 1)) of each round's boards replayed from a buffer of the `replay_size`
+    # most learnable boards seen (p(1-p) of the group's valid rate; PLR / SFL-style, rl/replay.py),
     # drawn by rank (temperature) mixed with staleness; 0 turns replay off.
     c.grpo = mlc.ConfigDict(
         dict(

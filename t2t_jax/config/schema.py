@@ -202,8 +202,8 @@ def fields() -> dict[str, Spec]:
         "grpo.informative": choice(*grpo.INFORMATIVE),
         "grpo.guidance": choice(*GUIDANCE),
         "grpo.control": choice(*grpo.CONTROLS),
-        "grpo.replay": real(0.0, 1.0),
-        "grpo.replay_size": integer(1),
+        "grpo.replay": real(0.0, 1.0, hi_open=True),  # (< 1: every round keeps a fresh board)
+        "grpo.replay_size": integer(1, 4096),  # (the buffer rides in every checkpoint's record)
         "grpo.replay_temperature": real(0.0, lo_open=True),
         "grpo.replay_staleness": real(0.0, 1.0),
         "optim.learning_rate": rate,

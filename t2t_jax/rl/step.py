@@ -106,15 +106,17 @@ def trajectory_point(drawn: Rollouts, metrics: dict) -> dict:
 def sample_rounds(
     policy, g: StepSettings, params, boards: Sequence[dict], step: int, weights, global_step: int, buffer=()
 ):
-    """(rounds after guidance, rounds as drawn, [G] informative mask per round, groups replayed
-    from `buffer`): rounds stop once `grpo.prompts` informative groups were found (one round
-    without dynamic sampling)."""
+    """(rounds after guidance, rounds as drawn, [G] informative mask per round, [G] mask per round
+    of the groups replayed from `buffer`, never a board twice in a step): rounds stop once
+    `grpo.prompts` informative groups were found (one round without dynamic sampling)."""
     p, per_step = g.prompts, 1 + g.dynamic_sampling_rounds
-    rounds, drawn, informative, replayed = [], [], [], 0
+    rounds, drawn, informative, replayed, taken = [], [], [], [], set()
     for round_ in range(g.rounds):
         start = (step * per_step + round_) * p
-        chosen, k = replay.mix(g.replay, buffer, boards[start : start + p], (g.seed, global_step, round_), global_step)
-        replayed += k
+        fresh, seed = boards[start : start + p], (g.seed, global_step, round_)
+        chosen, k = replay.mix(g.replay, buffer, fresh, seed, global_step, frozenset(taken))
+        taken.update(replay.key(b) for b in chosen[:k])
+        replayed.append(np.arange(len(chosen)) < k)
         ro = policy.rollout(
             params,
             chosen,
@@ -145,15 +147,16 @@ def grpo_step(
     rounds, drawn, informative, replayed = sample_rounds(
         policy, g, state.params, boards, step, weights, global_step, buffer
     )
-    ro, signal = rounds[-1], None
+    ro, signal, trained_replayed = rounds[-1], None, replayed[-1]
     if g.dynamic_sampling:
         picks = grpo.select_groups(informative, g.prompts)
         ro = concat([rounds[r].select(range(i * g.group_size, (i + 1) * g.group_size)) for r, i in picks])
         signal = [informative[r][i] for r, i in picks]
+        trained_replayed = np.array([replayed[r][i] for r, i in picks])
     metrics = {
         "guided": float(np.mean(ro.guided)),
         "informative_groups": float(np.mean(np.concatenate(informative))),
-        "replayed": replayed / (len(rounds) * g.prompts),
+        "replayed": float(np.mean(trained_replayed)),  # (the trained batch's groups from the buffer)
     }
     if signal is not None and not any(signal):
         # No group differs: no update at all (with a zero gradient Adam's momentum alone would still
