@@ -107,6 +107,18 @@ def test_summary_pairs_arms_on_the_same_boards(tmp_path):
     assert all(not t.startswith("across") for t, _, _ in study.forest_panels(one))
     assert "no test across runs is possible" in study.study_markdown(one)
     assert Image.open(paths["png"]).size[0] > 0
+    # The curves: each arm at every point (mean over runs), and its run-paired difference from grpo.
+    curve = c["curves"]["monitor"]
+    assert curve["points"] == ["warm_start", "stage_2"] and "vs_reference" not in g["curves"]["monitor"]
+    assert curve["vs_reference"][0]["mean"] == 0 and curve["vs_reference"][1]["mean"] == pytest.approx(
+        np.mean(per_seed), abs=1e-4
+    )
+    assert curve["level"][1]["mean"] == c["monitor_avg_valid"]["mean"]
+    assert [(p[0], [x[0] for x in p[1]]) for p in study.curve_panels(summary)] == [
+        ("monitor: avg@k valid", ["grpo", "shuffle"]),
+        ("monitor: arm - grpo, paired by run", ["shuffle"]),
+    ]
+    assert Image.open(paths["curves"]).size[0] > 0 and "study_curves.png" in md
     with pytest.raises(ValueError, match="--reference: 'control'"):
         study.summarize(results, "control")
     with pytest.raises(ValueError, match="arm 'shuffle' has seeds"):

@@ -2,7 +2,7 @@
 
     arms = parse_arms("grpo,shuffle,fixed,lr3e-4:optim.learning_rate=3e-4+grpo.steps=32")
     summary = summarize(results, reference="grpo")   # results[arm][seed] = a run's results.json
-    write_study(directory, summary)                  # study.md, study.csv, study.json, study.png
+    write_study(directory, summary)                  # study.{md,csv,json,png}, study_curves.png
     results = collect(["runs/study_s0", "runs/study_s1"])  # finished studies' runs, merged
 
 Every arm of one seed starts from the same warm start (launch/study.py runs it once and copies
@@ -270,6 +270,24 @@ def mechanism(by_seed: dict) -> dict | None:
     }
 
 
+def curves(by_seed: dict, seeds: list, reference: dict | None = None) -> dict:
+    """Per sampled metric (monitor, target) at every evaluation point the runs share: the point's
+    name, the level (mean and 95% t-interval over runs) and, given the reference arm's runs
+    (`reference[seed]`), the run-paired difference arm - reference the same way."""
+    n = min(len(by_seed[s]) for s in seeds)
+    out = {}
+    for metric in sampled_metrics([by_seed[s][i] for s in seeds for i in range(n)]):
+        level = [[by_seed[s][i][metric]["avg_valid"] for s in seeds] for i in range(n)]
+        out[metric] = {
+            "points": [by_seed[seeds[0]][i].get("point", str(i)) for i in range(n)],
+            "level": [_interval(v) for v in level],
+        }
+        if reference is not None and min(len(reference[s]) for s in seeds) >= n:
+            ref = [[reference[s][i][metric]["avg_valid"] for s in seeds] for i in range(n)]
+            out[metric]["vs_reference"] = [_interval(np.subtract(a, b)) for a, b in zip(level, ref)]
+    return out
+
+
 def _runs(entries_a: list[dict], entries_b: list[dict], effects) -> dict:
     """The run-level tests (run_stats.paired_runs) of b - a, one run per entry, per metric."""
     return {m: run_stats.paired_runs(d, effects) for m, d in _board_diffs(entries_a, entries_b).items()}
@@ -304,6 +322,7 @@ def summarize(results: dict, reference: str, effects=run_stats.EFFECTS) -> dict:
             )
             row[f"{metric}_vs_warm"] = vs_warm[metric]
         row["mechanism"] = mechanism(by_seed)
+        row["curves"] = curves(by_seed, seeds, results[reference] if arm != reference else None)
         for s, e, f in zip(seeds, last, first):
             seed_row = {
                 "warm_valid": f["valid"],
@@ -553,6 +572,15 @@ def study_markdown(summary: dict, command: str = "") -> str:
                 f"| {arm} | {_fmt(m['informative_groups'])} | {per_stage} | {_fmt(m['samples_per_step'], 1.0)} | "
                 f"{_fmt(no_signal, 1.0)} |"
             )
+    if any(r.get("curves") for r in arms.values()):
+        lines += [
+            "",
+            "## Over the evaluation points",
+            "",
+            "`study_curves.png`: each arm's monitor and target at every evaluation point (warm start, then "
+            "after each stage), the mean over runs with its 95% t-interval over runs, and beside it each "
+            f"arm's run-paired difference from `{ref}` the same way.",
+        ]
     lines += [
         "",
         "## Evaluation noise given the runs (secondary): board-pooled and per-seed paired tests",
@@ -649,8 +677,10 @@ def forest_panels(summary: dict) -> list[tuple[str, list[tuple], float]]:
 
 def write_study(directory: str, summary: dict, command: str = "") -> dict:
     """study.json (the summary), study.csv (arm x seed rows, with each run's difference from the
-    reference run of its seed), study.md and study.png (the forest plot: run-level tests first, then
-    the board-pooled ones) in `directory`."""
+    reference run of its seed), study.md, study.png (the forest plot: run-level tests first, then
+    the board-pooled ones) and, where the runs hold the monitor or the target, study_curves.png
+    (each arm over the evaluation points, and its run-paired difference from the reference) in
+    `directory`."""
     from t2t_jax.render.forest import forest_plot
 
     buf = _io.StringIO()
@@ -703,4 +733,45 @@ def write_study(directory: str, summary: dict, command: str = "") -> dict:
     )
     paths["png"] = os.path.join(directory, "study.png")
     io.write_png(paths["png"], forest_plot(forest_panels(summary), title=title))
+    panels = curve_panels(summary)
+    if panels:
+        from t2t_jax.render.curves import rate_curves
+
+        paths["curves"] = os.path.join(directory, "study_curves.png")
+        names = next(iter(summary["arms"].values()))["curves"][panels[0][3]]["points"]
+        label = lambda i: "warm" if names[i] == "warm_start" else names[i].replace("stage_", "s")  # noqa: E731
+        title = (
+            f"Seeds {summary['seeds']}: mean over runs at each evaluation point, whiskers 95% t-interval "
+            f"over runs; right: run-paired difference from {summary['reference']}"
+        )
+        io.write_png(paths["curves"], rate_curves([p[:3] for p in panels], title=title, x_label=label))
     return paths
+
+
+def curve_panels(summary: dict) -> list[tuple]:
+    """The curves figure's panels: per sampled metric (target first) its level per arm and, with
+    more than one arm, each arm's run-paired difference from the reference (in %, each panel's
+    own y range); (title, series, (y_lo, y_hi), metric)."""
+    arms = summary["arms"]
+    metrics = [m for m in ("target", "monitor") if all(m in (r.get("curves") or {}) for r in arms.values())]
+    panels = []
+    for metric in metrics:
+        kinds = [("level", f"{metric}: avg@k valid")]
+        if len(arms) > 1:
+            kinds.append(("vs_reference", f"{metric}: arm - {summary['reference']}, paired by run"))
+        for kind, name in kinds:
+            series = []
+            for arm, r in arms.items():
+                got = r["curves"][metric].get(kind)
+                if got is None:
+                    continue
+                lows, highs = ([100 * g["ci95"][j] for g in got] for j in (0, 1))
+                series.append((arm, list(range(len(got))), [100 * g["mean"] for g in got], lows, highs, False))
+            if not series:
+                continue
+            lo = min(min(s[3]) for s in series)
+            hi = max(max(s[4]) for s in series)
+            pad = max(0.5, 0.1 * (hi - lo))
+            y = (0.0, hi + pad) if kind == "level" else (min(0.0, lo - pad), max(0.0, hi + pad))
+            panels.append((name, series, y, metric))
+    return panels
