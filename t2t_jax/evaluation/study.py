@@ -741,8 +741,8 @@ def write_study(directory: str, summary: dict, command: str = "") -> dict:
         names = next(iter(summary["arms"].values()))["curves"][panels[0][3]]["points"]
         label = lambda i: "warm" if names[i] == "warm_start" else names[i].replace("stage_", "s")  # noqa: E731
         title = (
-            f"Seeds {summary['seeds']}: mean over runs at each evaluation point, whiskers 95% t-interval "
-            f"over runs; right: run-paired difference from {summary['reference']}"
+            f"{len(summary['seeds'])} runs per arm: mean over runs, whiskers 95% t-interval over runs; "
+            f"right: paired difference from {summary['reference']}"
         )
         io.write_png(paths["curves"], rate_curves([p[:3] for p in panels], title=title, x_label=label))
     return paths
