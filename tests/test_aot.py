@@ -31,6 +31,7 @@ def aot(*flags, timeout=900):
 
 
 @needs_libtpu
+@pytest.mark.slow  # (about a minute: three Pallas lowerings)
 def test_splash_train_prefill_and_decode_steps_compile_for_a_sharded_v5e():
     rows = aot(
         "--preset=tiny",

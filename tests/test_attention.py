@@ -67,7 +67,9 @@ def test_auto_picks_by_platform_and_bad_names_are_refused():
         schema.validate(config)
 
 
-@pytest.mark.parametrize("kind", ["splash", "chunked"])
+# splash in Pallas interpret mode: a minute of tracing on the CPU, so slow (its kernel-level check
+# against the reference, test_kernels_match_the_reference_with_gradients, stays in the default run).
+@pytest.mark.parametrize("kind", [pytest.param("splash", marks=pytest.mark.slow), "chunked"])
 def test_qwen3_logits_and_gradients_equal_across_kernels(kind):
     """The tiny Qwen3 on a left-padded batch: the same logits at the real tokens and the same
     parameter gradients of a masked loss as the reference kernel."""
@@ -89,7 +91,7 @@ def test_qwen3_logits_and_gradients_equal_across_kernels(kind):
         np.testing.assert_allclose(a, b, atol=2e-5, rtol=1e-3)
 
 
-@pytest.mark.parametrize("kind", ["splash", "dot_product_attention"])
+@pytest.mark.parametrize("kind", [pytest.param("splash", marks=pytest.mark.slow), "dot_product_attention"])
 def test_a_flash_prefill_fills_the_cache_as_the_dense_one(kind):
     """The sampler's prefill through a flash kernel (attention within the prompt, not over the
     cache's slots) leaves the same cache and last-position hidden states as the reference, so

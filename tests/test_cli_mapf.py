@@ -217,6 +217,7 @@ def hard_boards(tmp_path_factory):
     return boards
 
 
+@pytest.mark.slow  # (the fixture's 4,000 boards and three solver pools: about a minute)
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL, signal.SIGTERM])
 def test_solver_workers_die_with_their_parent(tmp_path, hard_boards, sig):
     """Ctrl-C exits 130 within 10 s without a traceback; after it, SIGKILL or SIGTERM, no worker

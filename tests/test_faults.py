@@ -40,6 +40,7 @@ def sweep(*flags):
     return [r for r in rows if "case" in r], [r for r in rows if "cases" in r]
 
 
+@pytest.mark.slow  # (three launch.main subprocesses; single refusals: tests/test_config_schema.py)
 def test_bad_config_values_are_refused_cleanly():
     cases, summary = sweep("--areas=config", "--fields=grpo.steps,rollout.kv")
     assert [c["flag"] for c in cases] == [
