@@ -4,8 +4,8 @@
         --arms=grpo,shuffle,fixed,random,frontier,learnability [--reference=grpo] [--config.x=y ...]
 
 For each seed, `launch.main --config.stages=0` runs the warm start once (DIR/warm_start/seed_S);
-then each arm runs over the seeds (so a study stopped part-way holds whole arms), each run a copy of
-its seed's warm start resumed with the arm's overrides (DIR/ARM/seed_S, its log beside it as
+then every arm runs on a seed before the next seed (so a study stopped part-way holds whole sets of
+paired runs), each run a copy of its seed's warm start resumed with the arm's overrides (DIR/ARM/seed_S, its log beside it as
 seed_S.log). With `--grpo_seeds=0,1,...` each seed's warm start gives one run per GRPO seed
 (`--config.grpo_seed=G`: the GRPO phase's and the curriculum's randomness; DIR/ARM/seed_S_grpo_G,
 run `S.G` in the report): N runs of an arm from one warm start, cheap replicates of the GRPO phase,
@@ -154,7 +154,7 @@ def main(argv):
     common = config_overrides(sys.argv[1:])
     root = os.path.abspath(_WORKDIR.value)
     base = [sys.executable, "-m", "launch.main", f"--config={_CONFIG.value}", "--noprogress"]
-    # The warm starts first, then arm by arm, so that a study stopped part-way holds whole arms.
+    # The warm starts first.
     warm = {s: os.path.join(root, "warm_start", f"seed_{s}") for s in seeds}
     plan = [
         (

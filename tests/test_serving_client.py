@@ -139,9 +139,10 @@ def test_429_and_5xx_honour_retry_after_then_back_off_with_jitter():
     assert client_lib.retry_after({"retry-after": "1e999"}) > 120
 
 
-# The client starts with SIGINT's default action, as a shell gives its foreground process: under
-# pytest-xdist it can inherit SIGINT (and SIGQUIT) ignored from its worker (seen: SigIgn 0x1001006
-# in /proc/self/status), and an ignored Ctrl-C never reaches the client under test.
+# The client starts with SIGINT's default action, as a shell gives its foreground process: pytest
+# started in the background by a non-interactive shell (`pytest ... &`, nohup, CI scripts) has SIGINT
+# and SIGQUIT ignored (POSIX: no job control), its children inherit that (SigIgn 0x1001006 in
+# /proc/self/status), and an ignored Ctrl-C never reaches the client under test.
 CTRL_C = """
 import json, signal, sys, time
 signal.signal(signal.SIGINT, signal.default_int_handler)
