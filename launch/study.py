@@ -5,18 +5,19 @@
 
 For each seed, `launch.main --config.stages=0` runs the warm start once (DIR/warm_start/seed_S);
 then every arm runs on a seed before the next seed (so a study stopped part-way holds whole sets of
-paired runs), each run a copy of its seed's warm start resumed with the arm's overrides (DIR/ARM/seed_S, its log beside it as
-seed_S.log). With `--grpo_seeds=0,1,...` each seed's warm start gives one run per GRPO seed
-(`--config.grpo_seed=G`: the GRPO phase's and the curriculum's randomness; DIR/ARM/seed_S_grpo_G,
-run `S.G` in the report): N runs of an arm from one warm start, cheap replicates of the GRPO phase,
-while the warm start's own variance stays the factor `--seeds`. `--config.key=value` flags go to
-every run. Runs execute one at a time as subprocesses; the study is resumable: a finished run is
-kept, an interrupted one resumed. At the end DIR/study.{md,csv,json,png} hold, for every comparison
-(each arm against its warm start and against the reference), the primary test across training runs
-(the seeds' per-run differences on the same boards: paired t, exact sign-flip, hierarchical
-bootstrap interval, and the runs needed for 80% power at each of `--effects` points), then the arms'
-means over seeds and the board-pooled paired tests, labelled as evaluation noise given the runs
-(t2t_jax/evaluation/study.py, t2t_jax/evaluation/run_stats.py).
+paired runs), each run a copy of its seed's warm start resumed with the arm's overrides
+(DIR/ARM/seed_S, its log beside it as seed_S.log). With `--grpo_seeds=0,1,...` each seed's warm
+start gives one run per GRPO seed (`--config.grpo_seed=G`: the GRPO phase's and the curriculum's
+randomness; DIR/ARM/seed_S_grpo_G, run `S.G` in the report): N runs of an arm from one warm start,
+cheap replicates of the GRPO phase, while the warm start's own variance stays the factor `--seeds`.
+`--config.key=value` flags go to every run. Runs execute one at a time as subprocesses; the study is
+resumable: a finished run is kept, an interrupted one resumed. At the end
+DIR/study.{md,csv,json,png} hold, for every comparison (each arm against its warm start and against
+the reference), the primary test across training runs (the seeds' per-run differences on the same
+boards: paired t, exact sign-flip, hierarchical bootstrap interval, and the runs needed for 80%
+power at each of `--effects` points), then the arms' means over seeds and the board-pooled paired
+tests, labelled as evaluation noise given the runs (t2t_jax/evaluation/study.py,
+t2t_jax/evaluation/run_stats.py).
 
     python -m launch.study --merge=runs/study_s0,runs/study_s1 --workdir=runs/study_s01
 
