@@ -15,6 +15,7 @@ lock)."""
 import functools
 import importlib.util
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -24,6 +25,14 @@ import urllib.request
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
+
+# Tests that Ctrl-C a child expect what a terminal gives it: pytest started in the background by a
+# non-interactive shell (`pytest ... &`, nohup, CI scripts) has SIGINT and SIGQUIT ignored (POSIX:
+# no job control), every child inherits that (SigIgn 0x1001006 in /proc/self/status), and an
+# ignored Ctrl-C never reaches the program under test. A Python handler here (in every xdist
+# worker too) gives each exec'd child SIGINT's default action again.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 settings.register_profile(
     "default", deadline=None, max_examples=150, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]

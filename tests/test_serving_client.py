@@ -139,13 +139,8 @@ def test_429_and_5xx_honour_retry_after_then_back_off_with_jitter():
     assert client_lib.retry_after({"retry-after": "1e999"}) > 120
 
 
-# The client starts with SIGINT's default action, as a shell gives its foreground process: pytest
-# started in the background by a non-interactive shell (`pytest ... &`, nohup, CI scripts) has SIGINT
-# and SIGQUIT ignored (POSIX: no job control), its children inherit that (SigIgn 0x1001006 in
-# /proc/self/status), and an ignored Ctrl-C never reaches the client under test.
 CTRL_C = """
-import json, signal, sys, time
-signal.signal(signal.SIGINT, signal.default_int_handler)
+import json, sys, time
 from t2t_jax.serving.client import ChatClient, Request
 c = ChatClient(sys.argv[1], "m", timeout=600, retries=4, concurrency=4, cache_dir=sys.argv[2])
 requests = [Request(({"role": "user", "content": str(i)},), max_tokens=8) for i in range(6)]
